@@ -1,0 +1,145 @@
+"""The exception hierarchy of turnledger.
+
+::
+
+    TurnLedgerError(Exception)
+    ├── InvalidCommand          the caller broke the state machine; state unchanged
+    ├── ReplayError             a stored log does not fold; the log is suspect
+    ├── SessionClosed           the session or hub was used after it closed
+    ├── CodecError              an event or envelope could not be encoded/decoded
+    │   └── UnknownEventTag     a wire tag (or tag version) this release does not know
+    ├── StoreError              failures of an event store, mapped at the boundary
+    │   ├── ConcurrencyConflict     the stream moved: the expected version is stale
+    │   ├── StoreUnavailable        the store cannot be reached or opened
+    │   ├── StoreCorrupted          stored bytes fail their checks (names the place)
+    │   ├── StoreFull               a configured size cap refuses the append
+    │   └── SessionOwnedElsewhere   another process owns the session
+    └── ProviderError           raised by provider adapters and stream decoders
+        ├── DecodeError             bytes -> text -> frames -> JSON failed
+        ├── LimitExceeded           a configured stream limit was hit
+        └── StreamProtocolError     the chat protocol was broken
+
+Cancellation is never wrapped: ``trio.Cancelled`` propagates untouched.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CodecError",
+    "ConcurrencyConflict",
+    "DecodeError",
+    "InvalidCommand",
+    "LimitExceeded",
+    "ProviderError",
+    "ReplayError",
+    "SessionClosed",
+    "SessionOwnedElsewhere",
+    "StoreCorrupted",
+    "StoreError",
+    "StoreFull",
+    "StoreUnavailable",
+    "StreamProtocolError",
+    "TurnLedgerError",
+    "UnknownEventTag",
+]
+
+
+class TurnLedgerError(Exception):
+    """Base class of every error turnledger raises on purpose."""
+
+
+class InvalidCommand(TurnLedgerError):
+    """A message is not allowed in the session's current state.
+
+    The state is unchanged and nothing was written.
+    """
+
+
+class ReplayError(TurnLedgerError):
+    """A stored event sequence cannot be folded into a state."""
+
+
+class SessionClosed(TurnLedgerError):
+    """A session, turn or hub was used after it was closed."""
+
+
+class CodecError(TurnLedgerError):
+    """An event or envelope could not be encoded or decoded."""
+
+
+class UnknownEventTag(CodecError):
+    """The wire tag, or its schema version, is not known to this release."""
+
+
+class StoreError(TurnLedgerError):
+    """An event store failed; the batch being appended was not written."""
+
+
+class ConcurrencyConflict(StoreError):
+    """The session's stream moved: ``expected_version`` is stale.
+
+    Nothing from the refused batch was written.
+    """
+
+    def __init__(self, session_id: str, expected_version: int, actual_version: int | None) -> None:
+        self.session_id = session_id
+        self.expected_version = expected_version
+        self.actual_version = actual_version
+        super().__init__(
+            f"session {session_id!r}: expected version {expected_version}, "
+            f"found {actual_version if actual_version is not None else 'a newer one'}"
+        )
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached, opened or locked."""
+
+
+class StoreCorrupted(StoreError):
+    """Stored data fails its integrity checks; nothing was rewritten."""
+
+
+class StoreFull(StoreError):
+    """A configured size cap refused the append; the store is unchanged."""
+
+
+class SessionOwnedElsewhere(StoreError):
+    """Another process holds the session; this one must not write to it."""
+
+    def __init__(self, session_id: str, detail: str = "") -> None:
+        self.session_id = session_id
+        msg = f"session {session_id!r} is owned by another process"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class ProviderError(TurnLedgerError):
+    """A provider adapter or stream decoder failed.
+
+    ``reason`` is one of the closed set of discard reasons (see
+    :data:`turnledger.events.DISCARD_REASONS`).
+    """
+
+    reason: str = "protocol"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+
+class DecodeError(ProviderError):
+    """Bytes, text, framing or JSON were not well formed."""
+
+    reason = "malformed"
+
+
+class LimitExceeded(ProviderError):
+    """A configured stream limit was exceeded; the stream was abandoned."""
+
+    reason = "limit"
+
+
+class StreamProtocolError(ProviderError):
+    """The chat protocol on top of well-formed frames was broken."""
+
+    reason = "protocol"

@@ -1,0 +1,1 @@
+"""Everything that touches the outside: providers over httpx and event stores."""

@@ -1,0 +1,5 @@
+"""Event stores: memory, SQLite, a JSON-lines journal and PostgreSQL."""
+
+from .memory import MemoryStore
+
+__all__ = ["MemoryStore"]

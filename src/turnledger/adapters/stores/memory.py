@@ -1,0 +1,96 @@
+"""An in-memory event store: for tests, demos and single-process services
+that do not need history to survive a restart."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import attrs
+import trio
+
+from ..._errors import ConcurrencyConflict, StoreError
+from ...events import StoredEvent
+
+__all__ = ["MemoryStore", "check_batch"]
+
+
+def check_batch(session_id: str, events: Sequence[StoredEvent], expected_version: int) -> None:
+    """Raise ``ValueError`` unless ``events`` belong to ``session_id`` and
+    their ``seq`` runs ``expected_version + 1, + 2, ...`` (shared by every store)."""
+    for i, ev in enumerate(events, start=expected_version + 1):
+        if ev.session_id != session_id:
+            raise ValueError(f"event for {ev.session_id!r} in a batch for {session_id!r}")
+        if ev.seq != i:
+            raise ValueError(f"event seq {ev.seq} where {i} was expected")
+
+
+class MemoryStore:
+    """Keeps every stream in a dict. Payloads are copied through JSON on the
+    way in, so the store behaves like a durable one: what you read back is
+    what a JSON store would give, and a payload that is not JSON-able is
+    refused with the whole batch."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, list[StoredEvent]] = {}
+        self._feed: list[StoredEvent] = []
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+    async def append(
+        self, session_id: str, events: Sequence[StoredEvent], expected_version: int
+    ) -> int:
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        if not events:
+            return expected_version
+        check_batch(session_id, events, expected_version)
+        stream = self._streams.get(session_id, [])
+        if len(stream) != expected_version:
+            raise ConcurrencyConflict(session_id, expected_version, len(stream))
+        try:
+            copies = [
+                attrs.evolve(
+                    ev,
+                    payload=json.loads(json.dumps(ev.payload, allow_nan=False)),
+                )
+                for ev in events
+            ]
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"payload is not JSON-able: {exc}") from exc
+        position = len(self._feed)
+        stored = []
+        for ev in copies:
+            position += 1
+            stored.append(attrs.evolve(ev, position=position))
+        self._streams.setdefault(session_id, stream).extend(stored)
+        self._feed.extend(stored)
+        return expected_version + len(events)
+
+    async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return list(self._streams.get(session_id, [])[after:])
+
+    async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        out = self._feed[after:]
+        return out if limit is None else out[:limit]
+
+    async def session_ids(self) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return list(self._streams)
+
+    async def acquire(self, session_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def release(self, session_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._closed = True

@@ -1,0 +1,168 @@
+"""The event vocabulary: what happened to a session, as frozen facts.
+
+Events are pure data. They never carry behaviour, and they are never
+subclassed: the codec dispatches on the exact type.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, NewType, TypeAlias, get_args
+
+import attrs
+
+__all__ = [
+    "DISCARD_REASONS",
+    "REJECT_REASONS",
+    "CompletionIgnored",
+    "DiscardReason",
+    "Event",
+    "HistoryPolicy",
+    "Ledger",
+    "OnBusy",
+    "RejectReason",
+    "RequestId",
+    "SessionId",
+    "SessionStarted",
+    "StreamStarted",
+    "TurnCommitted",
+    "TurnDiscarded",
+    "TurnRejected",
+    "TurnSubmitted",
+    "Usage",
+    "Window",
+]
+
+SessionId = NewType("SessionId", str)
+RequestId = NewType("RequestId", str)
+
+DiscardReason: TypeAlias = Literal[
+    "cancelled",
+    "timeout",
+    "superseded",
+    "interrupted",
+    "http_status",
+    "transport",
+    "protocol",
+    "malformed",
+    "empty",
+    "incomplete_finish",
+    "incomplete_stream",
+    "provider_error",
+    "limit",
+    "conflict",
+]
+#: The closed set of reasons a turn can be discarded for.
+DISCARD_REASONS: Final[frozenset[str]] = frozenset(get_args(DiscardReason))
+
+RejectReason: TypeAlias = Literal["empty_question", "over_budget", "busy"]
+#: The closed set of reasons a Submit can be refused before any transport.
+REJECT_REASONS: Final[frozenset[str]] = frozenset(get_args(RejectReason))
+
+OnBusy: TypeAlias = Literal["reject", "supersede"]
+
+
+@attrs.frozen
+class Ledger:
+    """History policy: keep every turn; each request sends the newest suffix that fits."""
+
+
+@attrs.frozen
+class Window:
+    """History policy: after a commit the context is the turns sent plus the new one,
+    capped at ``max_turns``; evicted turns never come back."""
+
+    max_turns: int = attrs.field(validator=attrs.validators.ge(1))
+
+
+HistoryPolicy: TypeAlias = Ledger | Window
+
+
+@attrs.frozen
+class Usage:
+    """Token usage as the provider reported it (any field may be missing)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+@attrs.frozen
+class SessionStarted:
+    """First event of every session: fixes its system prompt, model and policies."""
+
+    system: str
+    model: str
+    policy: HistoryPolicy = attrs.field(factory=Ledger)
+    #: What a Submit does while a turn is in flight.
+    on_busy: OnBusy = "reject"
+
+
+@attrs.frozen
+class TurnSubmitted:
+    """A question was accepted and its request projected; the request goes out next."""
+
+    request_id: RequestId
+    question: str
+    #: Whole turns of history included in the request.
+    turns_sent: int
+    #: Turns of the current context left out to fit the budget.
+    turns_dropped: int
+    #: Exact UTF-8 size of the request body the adapter sends.
+    request_bytes: int
+
+
+@attrs.frozen
+class TurnRejected:
+    """A Submit was refused before any network call."""
+
+    request_id: RequestId
+    reason: RejectReason
+    detail: str = ""
+
+
+@attrs.frozen
+class StreamStarted:
+    """The provider answered 2xx with the right media type; deltas follow."""
+
+    request_id: RequestId
+
+
+@attrs.frozen
+class TurnCommitted:
+    """A complete, accepted answer arrived: the pair enters history."""
+
+    request_id: RequestId
+    answer: str
+    finish_reason: str
+    usage: Usage | None = None
+
+
+@attrs.frozen
+class TurnDiscarded:
+    """The in-flight turn ended without an accepted answer; history is unchanged."""
+
+    request_id: RequestId
+    reason: DiscardReason
+    detail: str = ""
+    #: Characters of preview the caller may have seen before the discard.
+    preview_chars: int = 0
+
+
+@attrs.frozen
+class CompletionIgnored:
+    """A result arrived for a request the session had already left."""
+
+    request_id: RequestId
+    #: ``completed`` or ``failed:<reason>``.
+    outcome: str
+
+
+Event: TypeAlias = (
+    SessionStarted
+    | TurnSubmitted
+    | TurnRejected
+    | StreamStarted
+    | TurnCommitted
+    | TurnDiscarded
+    | CompletionIgnored
+)

@@ -1,0 +1,226 @@
+"""The one codec between typed events and JSON-able payloads.
+
+Each event class has an explicit, stable wire tag (the table below, never the
+class name) and a schema version. Payloads written by an older release are
+brought up to date by *upcasters*: ``(tag, from_version) -> function`` steps
+applied one version at a time before the payload is structured.
+
+Decoding is strict: unknown tags, unknown versions, missing or extra fields and
+values of the wrong JSON type raise :class:`~turnledger.CodecError`, never a
+half-built event. Strings are never coerced into numbers or back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeAlias
+
+import attrs
+import cattrs
+from cattrs.strategies import configure_tagged_union
+
+from .._errors import CodecError, UnknownEventTag
+from ._envelope import StoredEvent
+from ._events import (
+    CompletionIgnored,
+    Event,
+    HistoryPolicy,
+    Ledger,
+    SessionStarted,
+    StreamStarted,
+    TurnCommitted,
+    TurnDiscarded,
+    TurnRejected,
+    TurnSubmitted,
+    Window,
+)
+
+__all__ = [
+    "DEFAULT_CODEC",
+    "SCHEMA_VERSIONS",
+    "UPCASTERS",
+    "WIRE_TAGS",
+    "EventCodec",
+    "Upcaster",
+    "decode",
+    "encode",
+    "from_payload",
+    "to_payload",
+]
+
+#: Wire tags, frozen once released. Renaming a class must not change its tag.
+WIRE_TAGS: Final[Mapping[type[Any], str]] = {
+    SessionStarted: "session_started",
+    TurnSubmitted: "turn_submitted",
+    TurnRejected: "turn_rejected",
+    StreamStarted: "stream_started",
+    TurnCommitted: "turn_committed",
+    TurnDiscarded: "turn_discarded",
+    CompletionIgnored: "completion_ignored",
+}
+_CLASSES: Final[Mapping[str, type[Any]]] = {tag: cls for cls, tag in WIRE_TAGS.items()}
+
+#: Current schema version of each tag's payload.
+SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
+    "session_started": 2,
+    "turn_submitted": 1,
+    "turn_rejected": 1,
+    "stream_started": 1,
+    "turn_committed": 1,
+    "turn_discarded": 2,
+    "completion_ignored": 1,
+}
+
+_POLICY_TAGS: Final[Mapping[type[Any], str]] = {Ledger: "ledger", Window: "window"}
+
+Payload: TypeAlias = dict[str, Any]
+Upcaster: TypeAlias = Callable[[Payload], Payload]
+
+
+def _session_started_v1_to_v2(payload: Payload) -> Payload:
+    # v1 stored the history window as a bare ``max_turns`` (null for "keep
+    # everything") and had no busy policy.
+    out = {k: v for k, v in payload.items() if k != "max_turns"}
+    max_turns = payload.get("max_turns")
+    out["policy"] = (
+        {"kind": "ledger"} if max_turns is None else {"kind": "window", "max_turns": max_turns}
+    )
+    out.setdefault("on_busy", "reject")
+    return out
+
+
+def _turn_discarded_v1_to_v2(payload: Payload) -> Payload:
+    # v1 did not record how much preview the caller had seen.
+    return {**payload, "preview_chars": 0}
+
+
+#: The upcasters of this release: ``(tag, from_version) -> step to from_version + 1``.
+UPCASTERS: Final[Mapping[tuple[str, int], Upcaster]] = {
+    ("session_started", 1): _session_started_v1_to_v2,
+    ("turn_discarded", 1): _turn_discarded_v1_to_v2,
+}
+
+
+def _strict(expected: type[Any] | tuple[type[Any], ...]) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, _type: Any) -> Any:
+        # bool is an int subclass in Python but not a number on the wire.
+        if isinstance(value, bool) and expected is not bool:
+            raise TypeError(f"expected {_type}, got a boolean")
+        if not isinstance(value, expected):
+            raise TypeError(f"expected {_type}, got {type(value).__name__}")
+        return value
+
+    return structure
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(str, _strict(str))
+    conv.register_structure_hook(int, _strict(int))
+    conv.register_structure_hook(bool, _strict(bool))
+    conv.register_structure_hook(float, _strict((int, float)))
+    configure_tagged_union(
+        HistoryPolicy,
+        conv,
+        tag_generator=lambda cls: _POLICY_TAGS[cls],
+        tag_name="kind",
+    )
+    return conv
+
+
+@attrs.define
+class EventCodec:
+    """Turns events into ``(tag, schema_version, payload)`` and back.
+
+    Args:
+        upcasters: ``(tag, from_version) -> function`` steps; the default is
+            this release's :data:`UPCASTERS`.
+        versions: the current schema version of each tag.
+    """
+
+    upcasters: Mapping[tuple[str, int], Upcaster] = attrs.field(default=UPCASTERS)
+    versions: Mapping[str, int] = attrs.field(default=SCHEMA_VERSIONS)
+    _converter: cattrs.Converter = attrs.field(factory=_make_converter, init=False)
+
+    def to_payload(self, event: Event) -> tuple[str, int, Payload]:
+        """Return the wire tag, schema version and JSON-able payload of ``event``."""
+        try:
+            tag = WIRE_TAGS[type(event)]
+        except KeyError:
+            raise CodecError(f"not an event: {type(event).__name__}") from None
+        payload: Payload = self._converter.unstructure(event)
+        return tag, self.versions[tag], payload
+
+    def from_payload(self, tag: str, schema_version: int, payload: Mapping[str, Any]) -> Event:
+        """Rebuild a typed event, upcasting old payloads first.
+
+        Raises:
+            UnknownEventTag: the tag or the version is not known.
+            CodecError: the payload does not match the event's schema.
+        """
+        cls = _CLASSES.get(tag)
+        current = self.versions.get(tag)
+        if cls is None or current is None:
+            raise UnknownEventTag(f"unknown event tag {tag!r}")
+        if not isinstance(payload, Mapping):
+            raise CodecError(f"{tag}: payload must be a JSON object")
+        if type(schema_version) is not int or not 1 <= schema_version <= current:
+            raise UnknownEventTag(
+                f"{tag}: schema version {schema_version!r} is not known (current {current})"
+            )
+        data = dict(payload)
+        for version in range(schema_version, current):
+            step = self.upcasters.get((tag, version))
+            if step is None:
+                raise UnknownEventTag(f"{tag}: no upcaster from version {version}")
+            data = step(data)
+        try:
+            event: Event = self._converter.structure(data, cls)
+        except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
+            detail = _describe(exc)
+            raise CodecError(f"{tag} v{schema_version}: bad payload: {detail}") from exc
+        return event
+
+    def encode(
+        self, event: Event, *, session_id: str, seq: int, recorded_at: float
+    ) -> StoredEvent:
+        """Wrap ``event`` in the envelope stores keep."""
+        tag, version, payload = self.to_payload(event)
+        return StoredEvent(
+            session_id=session_id,
+            seq=seq,
+            tag=tag,
+            schema_version=version,
+            payload=payload,
+            recorded_at=recorded_at,
+        )
+
+    def decode(self, stored: StoredEvent) -> Event:
+        """Rebuild the typed event inside a stored envelope."""
+        try:
+            return self.from_payload(stored.tag, stored.schema_version, stored.payload)
+        except CodecError as exc:
+            raise type(exc)(f"session {stored.session_id!r} seq {stored.seq}: {exc}") from exc
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, cattrs.BaseValidationError):
+        parts = []
+        for sub, note in zip(
+            exc.exceptions, getattr(exc, "__notes__", []) or [None] * len(exc.exceptions),
+            strict=False,
+        ):
+            notes = getattr(sub, "__notes__", None) or ([note] if note else [])
+            where = "; ".join(str(n) for n in notes)
+            inner = _describe(sub)
+            parts.append(f"{where}: {inner}" if where else inner)
+        return "; ".join(parts) or str(exc)
+    return str(exc) or type(exc).__name__
+
+
+#: The codec of this release.
+DEFAULT_CODEC: Final[EventCodec] = EventCodec()
+to_payload = DEFAULT_CODEC.to_payload
+from_payload = DEFAULT_CODEC.from_payload
+encode = DEFAULT_CODEC.encode
+decode = DEFAULT_CODEC.decode

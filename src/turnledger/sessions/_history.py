@@ -1,0 +1,177 @@
+"""Committed history as a persistent, append-only sequence.
+
+States are immutable, but copying the whole history on every commit would make
+replay quadratic. ``History`` views share one underlying list: a view sees its
+first ``n`` items, and appending to the newest view extends the shared list in
+place. Appending to an older view (a branch) copies. Views therefore behave as
+immutable values at O(1) amortized cost per commit.
+
+The same trick keeps, per request encoder, the running sizes the projection
+needs, so a projection is a binary search rather than a re-serialization.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any, Generic, TypeVar, overload
+
+import attrs
+
+from ..events import RequestId
+
+__all__ = ["History", "Outcome", "Outcomes", "Turn"]
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class Turn:
+    """One committed pair: the question and its accepted answer."""
+
+    request_id: RequestId
+    question: str
+    answer: str
+
+
+class _Shared(Generic[T]):
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[T], n: int) -> None:
+        self._items = items
+        self._n = n
+
+    def _extended(self, item: T) -> list[T]:
+        items = self._items
+        if len(items) != self._n:
+            items = items[: self._n]  # a branch: stop sharing
+        items.append(item)
+        return items
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[T]:
+        items = self._items
+        for i in range(self._n):
+            yield items[i]
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _Shared)
+        if self._n != other._n:
+            return False
+        if self._items is other._items:
+            return True
+        return self._items[: self._n] == other._items[: other._n]
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items[: self._n]))
+
+
+class History(_Shared[Turn], Sequence[Turn]):
+    """The committed turns of a session, oldest first. Immutable."""
+
+    __slots__ = ("_prefix",)
+
+    def __init__(self, turns: Sequence[Turn] = ()) -> None:
+        super().__init__(list(turns), len(turns))
+        # encoder cache key -> running sizes: _prefix[k][i] is the byte size
+        # of the first i turns as message pairs, plus one unit per turn that
+        # the caller scales (see prefix()).
+        self._prefix: dict[Hashable, list[int]] = {}
+
+    @classmethod
+    def _view(cls, items: list[Turn], n: int, prefix: dict[Hashable, list[int]]) -> History:
+        h = cls.__new__(cls)
+        h._items = items
+        h._n = n
+        h._prefix = prefix
+        return h
+
+    def append(self, turn: Turn) -> History:
+        """A new history with ``turn`` at the end; ``self`` is unchanged."""
+        shared = len(self._items) == self._n
+        items = self._extended(turn)
+        prefix = self._prefix if shared else {k: v[: self._n + 1] for k, v in self._prefix.items()}
+        return History._view(items, self._n + 1, prefix)
+
+    @overload
+    def __getitem__(self, index: int) -> Turn: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Turn]: ...
+    def __getitem__(self, index: int | slice) -> Turn | Sequence[Turn]:
+        if isinstance(index, slice):
+            return tuple(self._items[: self._n][index])
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError("history index out of range")
+        return self._items[index]
+
+    def __repr__(self) -> str:
+        return f"History({list(self)!r})"
+
+    def prefix(self, key: Hashable, turn_cost: Callable[[Turn], int]) -> list[int]:
+        """Running sums ``P`` with ``P[i] = sum(turn_cost(t) for t in self[:i])``.
+
+        Computed once per turn and encoder, then shared by every later view.
+        The returned list may be longer than ``len(self) + 1``; read only
+        ``P[: len(self) + 1]``.
+        """
+        sums = self._prefix.get(key)
+        if sums is None:
+            sums = self._prefix[key] = [0]
+        items = self._items
+        while len(sums) <= self._n:
+            sums.append(sums[-1] + turn_cost(items[len(sums) - 1]))
+        return sums
+
+
+@attrs.frozen
+class Outcome:
+    """How a request ended, as far as the session recorded it."""
+
+    kind: str  # "committed" | "discarded" | "rejected"
+    reason: str = ""
+    detail: str = ""
+    answer: str | None = None
+
+
+class Outcomes(_Shared[tuple[RequestId, Outcome]]):
+    """Final outcome of every request id the session has seen. Immutable.
+
+    Each request id is recorded at most once (a seen id is never submitted
+    again), so a shared list plus a shared index is enough.
+    """
+
+    __slots__ = ("_index",)
+
+    def __init__(self) -> None:
+        super().__init__([], 0)
+        self._index: dict[RequestId, int] = {}
+
+    def get(self, request_id: RequestId) -> Outcome | None:
+        i = self._index.get(request_id)
+        if i is None or i >= self._n:
+            return None
+        return self._items[i][1]
+
+    def record(self, request_id: RequestId, outcome: Outcome) -> Outcomes:
+        if self.get(request_id) is not None:
+            raise ValueError(f"request {request_id!r} already has an outcome")
+        shared = len(self._items) == self._n
+        items = self._extended((request_id, outcome))
+        index = self._index if shared else {rid: i for i, (rid, _) in enumerate(items[:-1])}
+        index[request_id] = self._n
+        new = Outcomes.__new__(Outcomes)
+        new._items = items
+        new._n = self._n + 1
+        new._index = index
+        return new
+
+    def __repr__(self) -> str:
+        return f"Outcomes({dict(self)!r})"
+
+    def __contains__(self, request_id: Any) -> bool:
+        return self.get(request_id) is not None

@@ -1,0 +1,500 @@
+"""The session state machine: ``decide`` what a message means, ``evolve`` by facts.
+
+Theory of operation
+===================
+
+A session is a conversation: committed turns plus, at most, one request in
+flight. Its life is a fold over its events::
+
+    state = replay(events) = fold(evolve, initial_state(), events)
+
+and every message that arrives is first turned into events by a pure decision::
+
+    events = decide(state, message, budget=..., preview_chars=...)
+
+``decide`` never changes anything; it returns the facts that the message
+causes (often none). The runtime writes those facts to the log, and only then
+folds them into its state with ``evolve``. ``evolve`` makes no decisions: it
+applies facts, and a fact that cannot follow the current state means the log
+is corrupt (:class:`~turnledger.ReplayError`). So what the live actor holds
+and what a replay of its log rebuilds are the same by construction; tests
+check it anyway.
+
+Phases. ``Idle`` (no turn yet) → ``Pending`` (request logged, going out) →
+``Streaming`` (the provider accepted it) → ``Committed`` or ``Discarded`` (the
+last turn's outcome). ``Idle``, ``Committed`` and ``Discarded`` are at rest
+and accept the next Submit; none is terminal: a session lives as long as its
+log. ``Pending`` and ``Streaming`` are *in flight*.
+
+Request identity. Every message about a request carries its request id. A
+message for any id other than the one in flight changes nothing: a late
+``Completed`` or ``Failed`` becomes :class:`CompletionIgnored` (so the race
+is on the record), a stale ``Timeout``, ``Cancel`` or ``ResponseStarted`` is
+dropped. A Submit whose id the session has already seen is idempotent: no
+events; :func:`outcome_of` tells the caller how that request ended.
+
+What may commit. Only ``Completed`` for the request in flight, with an
+answer that is non-empty after stripping whitespace and ``finish_reason ==
+"stop"``. Everything else that ends a turn is a ``TurnDiscarded`` with one
+reason of a closed set, and never touches committed history. Rejections
+(empty question, mandatory request over budget, busy) happen before any
+transport and leave the phase as it was.
+
+The tables below are the whole of the rules' shape: ``TRANSITIONS`` says,
+for each phase and message type, which phases may follow (an absent pair is
+an :class:`~turnledger.InvalidCommand`); ``EVENT_TRANSITIONS`` says which
+phase each event leads to (an absent pair is a :class:`~turnledger.ReplayError`).
+Handlers only choose among the listed outcomes; tests walk every pair. Keep
+every rule here: a rule coded elsewhere is invisible to the tables, the tests
+and the generated diagram.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final, TypeAlias
+
+import attrs
+
+from .._errors import InvalidCommand, ReplayError
+from ..events import (
+    CompletionIgnored,
+    Event,
+    RequestId,
+    SessionStarted,
+    StreamStarted,
+    TurnCommitted,
+    TurnDiscarded,
+    TurnRejected,
+    TurnSubmitted,
+    Window,
+)
+from ._history import History, Outcome, Outcomes, Turn
+from ._messages import (
+    Cancel,
+    Completed,
+    Failed,
+    Interrupt,
+    Message,
+    ResponseStarted,
+    Start,
+    Submit,
+    Timeout,
+)
+from ._projection import Budget, build_messages, plan
+from ._request import ChatMessage
+
+__all__ = [
+    "EVENT_TRANSITIONS",
+    "TRANSITIONS",
+    "Committed",
+    "Discarded",
+    "Idle",
+    "InFlight",
+    "Pending",
+    "SessionState",
+    "Streaming",
+    "decide",
+    "evolve",
+    "initial_state",
+    "is_in_flight",
+    "outcome_of",
+    "replay",
+    "request_messages",
+]
+
+_DEFAULT_BUDGET: Final = Budget()
+
+
+@attrs.frozen
+class InFlight:
+    """The request a session is waiting on."""
+
+    request_id: RequestId
+    question: str
+    turns_sent: int
+    turns_dropped: int
+    request_bytes: int
+
+
+@attrs.frozen(kw_only=True)
+class _State:
+    #: The session's settings; ``None`` until SessionStarted.
+    config: SessionStarted | None = None
+    #: Every committed turn, oldest first.
+    turns: History = attrs.field(factory=History)
+    #: Index of the first turn that may still be sent (Window evicts by moving it).
+    context_start: int = 0
+    #: Final outcome of every request id seen.
+    outcomes: Outcomes = attrs.field(factory=Outcomes)
+    #: Number of events folded so far (the ``seq`` of the last one).
+    version: int = 0
+    #: Request id of the current or most recent turn.
+    last_request_id: RequestId | None = None
+
+    @property
+    def context(self) -> tuple[Turn, ...]:
+        """The turns a request may draw from."""
+        return tuple(self.turns[self.context_start :])
+
+
+@attrs.frozen(kw_only=True)
+class Idle(_State):
+    """No turn yet."""
+
+
+@attrs.frozen(kw_only=True)
+class Pending(_State):
+    """A request was logged and is going out; no response yet."""
+
+    request: InFlight
+
+
+@attrs.frozen(kw_only=True)
+class Streaming(_State):
+    """The provider accepted the request; deltas are arriving."""
+
+    request: InFlight
+
+
+@attrs.frozen(kw_only=True)
+class Committed(_State):
+    """The last turn committed."""
+
+
+@attrs.frozen(kw_only=True)
+class Discarded(_State):
+    """The last turn was discarded."""
+
+    reason: str
+
+
+SessionState: TypeAlias = Idle | Pending | Streaming | Committed | Discarded
+_AT_REST: Final = (Idle, Committed, Discarded)
+_IN_FLIGHT: Final = (Pending, Streaming)
+_ALL: Final = (*_AT_REST, *_IN_FLIGHT)
+
+# (phase, message type) -> phases that may follow. Absent: InvalidCommand.
+TRANSITIONS: Final[Mapping[type[SessionState], Mapping[type[Message], frozenset[type[SessionState]]]]]
+TRANSITIONS = {
+    Idle: {
+        Start: frozenset({Idle}),
+        Submit: frozenset({Idle, Pending}),
+        Cancel: frozenset({Idle}),
+        Timeout: frozenset({Idle}),
+        Interrupt: frozenset({Idle}),
+        ResponseStarted: frozenset({Idle}),
+        Completed: frozenset({Idle}),
+        Failed: frozenset({Idle}),
+    },
+    **{
+        rest: {
+            Submit: frozenset({rest, Pending}),
+            Cancel: frozenset({rest}),
+            Timeout: frozenset({rest}),
+            Interrupt: frozenset({rest}),
+            ResponseStarted: frozenset({rest}),
+            Completed: frozenset({rest}),
+            Failed: frozenset({rest}),
+        }
+        for rest in (Committed, Discarded)
+    },
+    Pending: {
+        Submit: frozenset({Pending}),  # busy/seen: stays; supersede: a new Pending
+        Cancel: frozenset({Pending, Discarded}),
+        Timeout: frozenset({Pending, Discarded}),
+        Interrupt: frozenset({Discarded}),
+        ResponseStarted: frozenset({Pending, Streaming}),
+        Completed: frozenset({Pending, Committed, Discarded}),
+        Failed: frozenset({Pending, Discarded}),
+    },
+    Streaming: {
+        Submit: frozenset({Streaming, Pending}),
+        Cancel: frozenset({Streaming, Discarded}),
+        Timeout: frozenset({Streaming, Discarded}),
+        Interrupt: frozenset({Discarded}),
+        ResponseStarted: frozenset({Streaming}),
+        Completed: frozenset({Streaming, Committed, Discarded}),
+        Failed: frozenset({Streaming, Discarded}),
+    },
+}
+
+# (phase, event type) -> the phase it leads to (None: the phase is kept).
+# Absent: the log cannot be folded (ReplayError).
+EVENT_TRANSITIONS: Final[Mapping[type[SessionState], Mapping[type[Event], type[SessionState] | None]]]
+EVENT_TRANSITIONS = {
+    Idle: {
+        SessionStarted: Idle,
+        TurnSubmitted: Pending,
+        TurnRejected: None,
+        CompletionIgnored: None,
+    },
+    Committed: {TurnSubmitted: Pending, TurnRejected: None, CompletionIgnored: None},
+    Discarded: {TurnSubmitted: Pending, TurnRejected: None, CompletionIgnored: None},
+    Pending: {
+        StreamStarted: Streaming,
+        TurnCommitted: Committed,
+        TurnDiscarded: Discarded,
+        TurnRejected: None,
+        CompletionIgnored: None,
+    },
+    Streaming: {
+        TurnCommitted: Committed,
+        TurnDiscarded: Discarded,
+        TurnRejected: None,
+        CompletionIgnored: None,
+    },
+}
+
+
+def initial_state() -> Idle:
+    """The state of a session with no events."""
+    return Idle()
+
+
+def is_in_flight(state: SessionState) -> bool:
+    """True in Pending and Streaming."""
+    return isinstance(state, _IN_FLIGHT)
+
+
+def _current(state: SessionState) -> RequestId | None:
+    return state.request.request_id if isinstance(state, _IN_FLIGHT) else None
+
+
+def outcome_of(state: SessionState, request_id: RequestId) -> Outcome | None:
+    """How ``request_id`` ended, ``Outcome("in_flight")`` if it is the one in
+    flight, or ``None`` if the session never saw it."""
+    if _current(state) == request_id:
+        return Outcome("in_flight")
+    return state.outcomes.get(request_id)
+
+
+# --- decide -----------------------------------------------------------------
+
+_Handler: TypeAlias = Callable[[SessionState, Message, Budget, int], tuple[Event, ...]]
+
+
+def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
+    assert isinstance(msg, Start)
+    if state.config is not None:
+        raise InvalidCommand("the session has already started")
+    return (SessionStarted(msg.system, msg.model, msg.policy, msg.on_busy),)
+
+
+def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
+    assert isinstance(msg, Submit)
+    config = state.config
+    if config is None:
+        raise InvalidCommand("Submit before the session started")
+    rid = msg.request_id
+    if outcome_of(state, rid) is not None:
+        return ()  # a retry of a request already seen: idempotent
+    if not msg.question.strip():
+        return (TurnRejected(rid, "empty_question", "the question is empty"),)
+    current = _current(state)
+    superseding = current is not None and config.on_busy == "supersede"
+    if current is not None and not superseding:
+        return (TurnRejected(rid, "busy", f"request {current} is in flight"),)
+    p = plan(config.model, config.system, state.turns, state.context_start, msg.question, budget)
+    if not p.fits:
+        return (
+            TurnRejected(
+                rid,
+                "over_budget",
+                f"system prompt and question need {p.mandatory_bytes} bytes; "
+                f"the budget is {budget.max_request_bytes}",
+            ),
+        )
+    submitted = TurnSubmitted(rid, msg.question, p.turns_sent, p.turns_dropped, p.request_bytes)
+    if superseding:
+        assert current is not None
+        return (TurnDiscarded(current, "superseded", f"by {rid}", preview), submitted)
+    return (submitted,)
+
+
+def _end_in_flight(
+    state: SessionState, msg: Message, budget: Budget, preview: int
+) -> tuple[Event, ...]:
+    # Cancel, Timeout and Interrupt end the turn in flight, if it is theirs.
+    current = _current(state)
+    if current is None:
+        return ()
+    if isinstance(msg, Cancel):
+        if msg.request_id is not None and msg.request_id != current:
+            return ()
+        return (TurnDiscarded(current, "cancelled", "", preview),)
+    if isinstance(msg, Timeout):
+        if msg.request_id != current:
+            return ()
+        return (TurnDiscarded(current, "timeout", msg.detail, preview),)
+    assert isinstance(msg, Interrupt)
+    return (TurnDiscarded(current, "interrupted", msg.detail, preview),)
+
+
+def _response_started(
+    state: SessionState, msg: Message, budget: Budget, preview: int
+) -> tuple[Event, ...]:
+    assert isinstance(msg, ResponseStarted)
+    if isinstance(state, Pending) and state.request.request_id == msg.request_id:
+        return (StreamStarted(msg.request_id),)
+    return ()
+
+
+def _completed(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
+    assert isinstance(msg, Completed)
+    rid = msg.request_id
+    if _current(state) != rid:
+        return (CompletionIgnored(rid, "completed"),)
+    if not msg.answer.strip():
+        return (TurnDiscarded(rid, "empty", "the answer is empty", preview),)
+    if msg.finish_reason != "stop":
+        return (
+            TurnDiscarded(rid, "incomplete_finish", f"finish_reason={msg.finish_reason}", preview),
+        )
+    return (TurnCommitted(rid, msg.answer, msg.finish_reason, msg.usage),)
+
+
+def _failed(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
+    assert isinstance(msg, Failed)
+    rid = msg.request_id
+    if _current(state) != rid:
+        return (CompletionIgnored(rid, f"failed:{msg.failure.reason}"),)
+    return (TurnDiscarded(rid, msg.failure.reason, msg.failure.detail, preview),)
+
+
+_HANDLERS: Final[Mapping[type[Message], _Handler]] = {
+    Start: _start,
+    Submit: _submit,
+    Cancel: _end_in_flight,
+    Timeout: _end_in_flight,
+    Interrupt: _end_in_flight,
+    ResponseStarted: _response_started,
+    Completed: _completed,
+    Failed: _failed,
+}
+
+
+def decide(
+    state: SessionState,
+    message: Message,
+    *,
+    budget: Budget = _DEFAULT_BUDGET,
+    preview_chars: int = 0,
+) -> tuple[Event, ...]:
+    """The events that ``message`` causes in ``state`` (often none).
+
+    Pure: reads no clock, draws no random numbers, changes nothing.
+
+    Args:
+        budget: how requests are measured and capped (for Submit).
+        preview_chars: preview characters already delivered for the turn in
+            flight, recorded on a discard.
+
+    Raises:
+        InvalidCommand: the message is not allowed in this state; nothing
+            happened.
+    """
+    allowed = TRANSITIONS.get(type(state), {})
+    if type(message) not in allowed:
+        raise InvalidCommand(
+            f"can't handle {type(message).__name__} in state {type(state).__name__}"
+        )
+    return _HANDLERS[type(message)](state, message, budget, preview_chars)
+
+
+# --- evolve -----------------------------------------------------------------
+
+
+def _expect_current(state: SessionState, request_id: RequestId, event: Event) -> None:
+    if _current(state) != request_id:
+        raise ReplayError(
+            f"{type(event).__name__} for {request_id!r} but "
+            f"{_current(state)!r} is in flight (version {state.version})"
+        )
+
+
+def evolve(state: SessionState, event: Event) -> SessionState:
+    """Apply one fact. Pure and total over a well-formed log.
+
+    Raises:
+        ReplayError: ``event`` cannot follow ``state``: the log is corrupt.
+    """
+    row = EVENT_TRANSITIONS[type(state)]
+    if type(event) not in row:
+        raise ReplayError(
+            f"{type(event).__name__} cannot follow state {type(state).__name__} "
+            f"(version {state.version})"
+        )
+    version = state.version + 1
+    base = {
+        "config": state.config,
+        "turns": state.turns,
+        "context_start": state.context_start,
+        "outcomes": state.outcomes,
+        "version": version,
+        "last_request_id": state.last_request_id,
+    }
+    if isinstance(event, SessionStarted):
+        if state.config is not None or state.version != 0:
+            raise ReplayError("SessionStarted must be the first event, once")
+        return Idle(**{**base, "config": event})
+    if state.config is None:
+        raise ReplayError(f"{type(event).__name__} before SessionStarted")
+    if isinstance(event, TurnSubmitted):
+        if event.request_id in state.outcomes:
+            raise ReplayError(f"request {event.request_id!r} submitted twice")
+        req = InFlight(
+            event.request_id,
+            event.question,
+            event.turns_sent,
+            event.turns_dropped,
+            event.request_bytes,
+        )
+        return Pending(**{**base, "last_request_id": event.request_id}, request=req)
+    if isinstance(event, TurnRejected):
+        base["outcomes"] = state.outcomes.record(
+            event.request_id, Outcome("rejected", event.reason, event.detail)
+        )
+        return attrs.evolve(state, **base)
+    if isinstance(event, CompletionIgnored):
+        return attrs.evolve(state, **base)
+    assert isinstance(state, _IN_FLIGHT)
+    _expect_current(state, event.request_id, event)
+    if isinstance(event, StreamStarted):
+        return Streaming(**base, request=state.request)
+    if isinstance(event, TurnCommitted):
+        n = len(state.turns)
+        turns = state.turns.append(Turn(event.request_id, state.request.question, event.answer))
+        context_start = state.context_start
+        policy = state.config.policy
+        if isinstance(policy, Window):
+            # The context becomes exactly what was sent plus the new turn,
+            # capped; evicted turns never come back.
+            context_start = max(n - state.request.turns_sent, n + 1 - policy.max_turns)
+        base["turns"] = turns
+        base["context_start"] = context_start
+        base["outcomes"] = state.outcomes.record(
+            event.request_id, Outcome("committed", "", "", event.answer)
+        )
+        return Committed(**base)
+    assert isinstance(event, TurnDiscarded)
+    base["outcomes"] = state.outcomes.record(
+        event.request_id, Outcome("discarded", event.reason, event.detail)
+    )
+    return Discarded(**base, reason=event.reason)
+
+
+def replay(events: Iterable[Event], state: SessionState | None = None) -> SessionState:
+    """Fold ``events`` into a state, from ``state`` or from the initial state."""
+    s: SessionState = initial_state() if state is None else state
+    for event in events:
+        s = evolve(s, event)
+    return s
+
+
+def request_messages(state: Pending | Streaming) -> list[ChatMessage]:
+    """The messages of the request in flight, exactly as projected."""
+    assert state.config is not None
+    return build_messages(
+        state.config.system, state.turns, state.request.turns_sent, state.request.question
+    )

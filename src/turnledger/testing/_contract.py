@@ -1,0 +1,220 @@
+"""The event store contract: a pytest base class every store must pass.
+
+Subclass it (no ``Test`` prefix, so pytest does not collect the base) and
+override :meth:`EventStoreContract.open_store`::
+
+    class TestMyStore(EventStoreContract):
+        supports_reopen = True
+
+        async def open_store(self, path):
+            return await MyStore.open(path / "events.db")
+
+Uses the real clock (stores do real I/O); every test runs under a timeout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import trio
+
+from .._errors import ConcurrencyConflict, StoreError
+from ..events import (
+    DEFAULT_CODEC,
+    WIRE_TAGS,
+    CompletionIgnored,
+    Event,
+    EventStore,
+    RequestId,
+    SessionStarted,
+    StoredEvent,
+    StreamStarted,
+    TurnCommitted,
+    TurnDiscarded,
+    TurnRejected,
+    TurnSubmitted,
+    Usage,
+    Window,
+)
+
+__all__ = ["EventStoreContract", "sample_events"]
+
+_R = RequestId("r-1")
+
+
+def sample_events() -> list[Event]:
+    """One event of every wire tag, with awkward text (CJK, emoji, quotes,
+    backslashes, newlines, control characters and NUL)."""
+    awkward = '你好，"Java" 🌱\\n\nline2\t\x01\x00end'
+    return [
+        SessionStarted(awkward, "gpt-4o-mini", Window(4), "supersede"),
+        TurnSubmitted(_R, awkward, 3, 1, 1234),
+        TurnRejected(RequestId("r-0"), "busy", awkward),
+        StreamStarted(_R),
+        TurnCommitted(_R, awkward, "stop", Usage(10, 20, 30)),
+        TurnDiscarded(RequestId("r-2"), "timeout", awkward, 17),
+        CompletionIgnored(RequestId("r-2"), "failed:http_status"),
+    ]
+
+
+def _batch(session_id: str, events: list[Event], after: int, t0: float = 1.7e9) -> list[StoredEvent]:
+    return [
+        DEFAULT_CODEC.encode(ev, session_id=session_id, seq=after + i, recorded_at=t0 + i / 8)
+        for i, ev in enumerate(events, start=1)
+    ]
+
+
+class EventStoreContract:
+    """Tests every :class:`~turnledger.events.EventStore` must pass."""
+
+    pytestmark = pytest.mark.trio
+
+    #: Set to True in subclasses whose store persists across ``aclose()``.
+    supports_reopen: ClassVar[bool] = False
+    #: Seconds each test may take.
+    timeout: ClassVar[float] = 30.0
+
+    async def open_store(self, path: Path) -> EventStore:
+        """Open (or reopen) the store kept under the folder ``path``."""
+        raise TypeError(f"{type(self).__name__} must override open_store()")
+
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[EventStore]:
+        with trio.fail_after(self.timeout):
+            s = await self.open_store(tmp_path)
+        try:
+            yield s
+        finally:
+            with trio.fail_after(self.timeout):
+                await s.aclose()
+
+    # -- round trip and order ----------------------------------------------
+
+    async def test_round_trip_of_every_wire_tag(self, store: EventStore) -> None:
+        events = sample_events()
+        assert {type(e) for e in events} == set(WIRE_TAGS)
+        batch = _batch("s-1", events, 0)
+        with trio.fail_after(self.timeout):
+            version = await store.append("s-1", batch, 0)
+            got = await store.read("s-1")
+        assert version == len(events)
+        assert got == batch  # envelope fields and payloads, byte for byte
+        assert [DEFAULT_CODEC.decode(g) for g in got] == events
+        assert all(isinstance(g.recorded_at, float) for g in got)
+
+    async def test_read_after_and_order(self, store: EventStore) -> None:
+        events = sample_events()
+        with trio.fail_after(self.timeout):
+            await store.append("s-1", _batch("s-1", events[:3], 0), 0)
+            await store.append("s-1", _batch("s-1", events[3:], 3), 3)
+            got = await store.read("s-1", after=2)
+            nothing = await store.read("unknown")
+        assert [g.seq for g in got] == list(range(3, len(events) + 1))
+        assert nothing == []
+
+    async def test_empty_append_is_a_no_op(self, store: EventStore) -> None:
+        with trio.fail_after(self.timeout):
+            assert await store.append("s-1", [], 0) == 0
+            assert await store.read("s-1") == []
+            assert await store.read_all() == []
+            assert await store.session_ids() == []
+
+    # -- concurrency and atomicity -----------------------------------------
+
+    async def test_stale_expected_version_conflicts(self, store: EventStore) -> None:
+        events = sample_events()
+        with trio.fail_after(self.timeout):
+            await store.append("s-1", _batch("s-1", events[:2], 0), 0)
+            with pytest.raises(ConcurrencyConflict):
+                await store.append("s-1", _batch("s-1", events[2:4], 0), 0)
+            with pytest.raises(ConcurrencyConflict):
+                await store.append("s-1", _batch("s-1", events[2:4], 1), 1)
+            with pytest.raises(ConcurrencyConflict):
+                await store.append("s-1", _batch("s-1", events[2:4], 5), 5)
+            got = await store.read("s-1")
+        assert [g.seq for g in got] == [1, 2]
+
+    async def test_two_appenders_one_wins(self, store: EventStore) -> None:
+        events = sample_events()
+        results: list[str] = []
+
+        async def appender(name: str) -> None:
+            try:
+                await store.append("s-1", _batch("s-1", events[:3], 0), 0)
+                results.append(name)
+            except ConcurrencyConflict:
+                results.append("conflict")
+
+        with trio.fail_after(self.timeout):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(appender, "a")
+                nursery.start_soon(appender, "b")
+            got = await store.read("s-1")
+        assert sorted(results) in (["a", "conflict"], ["b", "conflict"])
+        assert [g.seq for g in got] == [1, 2, 3]
+
+    async def test_bad_batch_writes_nothing(self, store: EventStore) -> None:
+        events = sample_events()
+        good = _batch("s-1", events[:2], 0)
+        bad_payload: dict[str, Any] = {"request_id": "r", "outcome": math.nan}
+        bad = StoredEvent("s-1", 3, "completion_ignored", 1, bad_payload, 1.7e9)
+        with trio.fail_after(self.timeout):
+            with pytest.raises(StoreError):
+                await store.append("s-1", [*good, bad], 0)
+            assert await store.read("s-1") == []
+            assert await store.read_all() == []
+            # and the stream is still usable at version 0
+            assert await store.append("s-1", good, 0) == 2
+
+    async def test_batch_with_broken_seq_is_refused(self, store: EventStore) -> None:
+        batch = _batch("s-1", sample_events()[:3], 0)
+        broken = [batch[0], batch[2]]
+        with trio.fail_after(self.timeout):
+            with pytest.raises(ValueError):
+                await store.append("s-1", broken, 0)
+            assert await store.read("s-1") == []
+
+    # -- the global feed -----------------------------------------------------
+
+    async def test_global_feed_order(self, store: EventStore) -> None:
+        events = sample_events()
+        with trio.fail_after(self.timeout):
+            await store.append("a", _batch("a", events[:2], 0), 0)
+            await store.append("b", _batch("b", events[:1], 0), 0)
+            await store.append("a", _batch("a", events[2:3], 2), 2)
+            feed = await store.read_all()
+            tail = await store.read_all(after=feed[1].position or 0)
+            first_two = await store.read_all(limit=2)
+            ids = await store.session_ids()
+        assert [(e.session_id, e.seq) for e in feed] == [("a", 1), ("a", 2), ("b", 1), ("a", 3)]
+        positions = [e.position for e in feed]
+        assert all(p is not None for p in positions)
+        assert positions == sorted(positions) and len(set(positions)) == 4
+        assert [(e.session_id, e.seq) for e in tail] == [("b", 1), ("a", 3)]
+        assert first_two == feed[:2]
+        assert ids == ["a", "b"]
+
+    # -- durability ----------------------------------------------------------
+
+    async def test_reopen_keeps_everything(self, tmp_path: Path) -> None:
+        if not self.supports_reopen:
+            pytest.skip("this store does not persist across close")
+        events = sample_events()
+        batch = _batch("s-1", events, 0)
+        with trio.fail_after(self.timeout):
+            s = await self.open_store(tmp_path)
+            await s.append("s-1", batch, 0)
+            await s.aclose()
+            s = await self.open_store(tmp_path)
+            try:
+                got = await s.read("s-1")
+                with pytest.raises(ConcurrencyConflict):
+                    await s.append("s-1", _batch("s-1", events[:1], 0), 0)
+                assert await s.append("s-1", _batch("s-1", events[:1], len(events)), len(events))
+            finally:
+                await s.aclose()
+        assert got == batch
