@@ -181,9 +181,7 @@ class EventCodec:
             raise CodecError(f"{tag} v{schema_version}: bad payload: {detail}") from exc
         return event
 
-    def encode(
-        self, event: Event, *, session_id: str, seq: int, recorded_at: float
-    ) -> StoredEvent:
+    def encode(self, event: Event, *, session_id: str, seq: int, recorded_at: float) -> StoredEvent:
         """Wrap ``event`` in the envelope stores keep."""
         tag, version, payload = self.to_payload(event)
         return StoredEvent(
@@ -207,7 +205,8 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, cattrs.BaseValidationError):
         parts = []
         for sub, note in zip(
-            exc.exceptions, getattr(exc, "__notes__", []) or [None] * len(exc.exceptions),
+            exc.exceptions,
+            getattr(exc, "__notes__", []) or [None] * len(exc.exceptions),
             strict=False,
         ):
             notes = getattr(sub, "__notes__", None) or ([note] if note else [])

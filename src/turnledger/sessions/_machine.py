@@ -52,7 +52,7 @@ and the generated diagram.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import attrs
 
@@ -174,9 +174,15 @@ _AT_REST: Final = (Idle, Committed, Discarded)
 _IN_FLIGHT: Final = (Pending, Streaming)
 _ALL: Final = (*_AT_REST, *_IN_FLIGHT)
 
+_MessageTable: TypeAlias = Mapping[
+    type[SessionState], Mapping[type[Message], frozenset[type[SessionState]]]
+]
+_EventTable: TypeAlias = Mapping[
+    type[SessionState], Mapping[type[Event], type[SessionState] | None]
+]
+
 # (phase, message type) -> phases that may follow. Absent: InvalidCommand.
-TRANSITIONS: Final[Mapping[type[SessionState], Mapping[type[Message], frozenset[type[SessionState]]]]]
-TRANSITIONS = {
+TRANSITIONS: Final[_MessageTable] = {
     Idle: {
         Start: frozenset({Idle}),
         Submit: frozenset({Idle, Pending}),
@@ -221,8 +227,7 @@ TRANSITIONS = {
 
 # (phase, event type) -> the phase it leads to (None: the phase is kept).
 # Absent: the log cannot be folded (ReplayError).
-EVENT_TRANSITIONS: Final[Mapping[type[SessionState], Mapping[type[Event], type[SessionState] | None]]]
-EVENT_TRANSITIONS = {
+EVENT_TRANSITIONS: Final[_EventTable] = {
     Idle: {
         SessionStarted: Idle,
         TurnSubmitted: Pending,
@@ -284,8 +289,7 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
 def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
     assert isinstance(msg, Submit)
     config = state.config
-    if config is None:
-        raise InvalidCommand("Submit before the session started")
+    assert config is not None
     rid = msg.request_id
     if outcome_of(state, rid) is not None:
         return ()  # a retry of a request already seen: idempotent
@@ -340,7 +344,9 @@ def _response_started(
     return ()
 
 
-def _completed(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
+def _completed(
+    state: SessionState, msg: Message, budget: Budget, preview: int
+) -> tuple[Event, ...]:
     assert isinstance(msg, Completed)
     rid = msg.request_id
     if _current(state) != rid:
@@ -399,6 +405,9 @@ def decide(
         raise InvalidCommand(
             f"can't handle {type(message).__name__} in state {type(state).__name__}"
         )
+    if state.config is None and type(message) is not Start:
+        # Nothing can be recorded for a session whose log does not exist yet.
+        raise InvalidCommand(f"{type(message).__name__} before the session started")
     return _HANDLERS[type(message)](state, message, budget, preview_chars)
 
 
@@ -426,7 +435,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             f"(version {state.version})"
         )
     version = state.version + 1
-    base = {
+    base: dict[str, Any] = {
         "config": state.config,
         "turns": state.turns,
         "context_start": state.context_start,

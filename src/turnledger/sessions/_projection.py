@@ -116,7 +116,9 @@ def plan(
         threshold = mandatory_bytes + prefix[n] - limit
         start = max(bisect_left(prefix, threshold, 0, n + 1), context_start)
     sent = n - start
-    return Plan(sent, available - sent, mandatory_bytes + prefix[n] - prefix[start], mandatory_bytes)
+    return Plan(
+        sent, available - sent, mandatory_bytes + prefix[n] - prefix[start], mandatory_bytes
+    )
 
 
 def naive_plan(

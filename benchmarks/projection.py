@@ -1,0 +1,90 @@
+"""Projection cost: the linear, cached projection against the naive loop.
+
+    python benchmarks/projection.py [--repeat N] [--naive-max TURNS]
+
+For each history size it reports the median time of:
+- ``plan`` with cold caches (every message encoded once: the first projection
+  after replaying a log),
+- ``plan`` with warm caches (what every later request costs: the per-message
+  sizes were computed when each turn was first projected),
+- the naive "drop the oldest whole turn and re-serialize" loop (only up to
+  ``--naive-max`` turns: it is quadratic),
+and the ratio naive / warm measured in the same run. The budget is chosen so
+that about half of the history fits, which is the naive loop's bad case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, "src")
+
+from turnledger.events import RequestId
+from turnledger.sessions import Budget, History, Turn, naive_plan, plan
+
+SYSTEM = "你是一个简洁的助手。Answer briefly."
+
+
+def history(n: int) -> History:
+    h = History()
+    for i in range(n):
+        q = f"问题 {i}: what about “item {i}”?\n🌱"
+        a = f"回答 {i}: " + "lorem ipsum dolor sit amet " * (1 + i % 5)
+        h = h.append(Turn(RequestId(f"r{i}"), q, a))
+    return h
+
+
+def median_time(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def row(n: int, repeat: int, naive_max: int) -> None:
+    q = "现在呢？"
+    h = history(n)
+    full = plan("m", SYSTEM, h, 0, q, Budget(None)).request_bytes
+    budget = Budget(full // 2)
+    # cold: a fresh copy of the history has no cached sizes
+    cold = median_time(
+        lambda: plan("m", SYSTEM, History(list(h)), 0, q, budget), max(3, repeat // 3)
+    )
+    plan("m", SYSTEM, h, 0, q, budget)  # warm the cache
+    warm = median_time(lambda: plan("m", SYSTEM, h, 0, q, budget), repeat * 20)
+    fast = plan("m", SYSTEM, h, 0, q, budget)
+    if n <= naive_max:
+        naive = median_time(lambda: naive_plan("m", SYSTEM, h, 0, q, budget), max(3, repeat // 5))
+        assert naive_plan("m", SYSTEM, h, 0, q, budget) == fast
+        naive_s = f"{naive * 1e6:12.0f}"
+        ratio = f"{naive / warm:10.0f}x"
+    else:
+        naive_s, ratio = f"{'(skipped)':>12}", f"{'-':>11}"
+    print(f"{n:>7} {cold * 1e6:10.1f} {warm * 1e6:10.2f} {naive_s} {ratio}")
+    if n == 10_000:
+        print(
+            f"\n10,000 turns, warm caches: {warm * 1e6:.1f} µs per projection "
+            f"({fast.turns_sent} turns sent, {fast.request_bytes} bytes)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--naive-max", type=int, default=1000)
+    args = parser.parse_args()
+
+    print(f"{'turns':>7} {'cold µs':>10} {'warm µs':>10} {'naive µs':>12} {'naive/warm':>11}")
+    for n in (10, 100, 300, 1_000, 10_000):
+        row(n, args.repeat, args.naive_max)
+    print(f"naive loop timed up to {args.naive_max} turns (it is quadratic in the history size)")
+
+
+if __name__ == "__main__":
+    main()

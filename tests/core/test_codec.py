@@ -1,0 +1,172 @@
+"""The event codec: stable tags, strict decoding, upcasting."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from turnledger import CodecError, UnknownEventTag
+from turnledger.events import (
+    DEFAULT_CODEC,
+    SCHEMA_VERSIONS,
+    WIRE_TAGS,
+    EventCodec,
+    Ledger,
+    SessionStarted,
+    StoredEvent,
+    TurnDiscarded,
+    Window,
+)
+from turnledger.events.codec import UPCASTERS
+from turnledger.testing import sample_events
+
+
+def test_wire_tags_are_an_explicit_frozen_table() -> None:
+    # Renaming a class must never change what is on disk: the table is the contract.
+    assert {cls.__name__: tag for cls, tag in WIRE_TAGS.items()} == {
+        "SessionStarted": "session_started",
+        "TurnSubmitted": "turn_submitted",
+        "TurnRejected": "turn_rejected",
+        "StreamStarted": "stream_started",
+        "TurnCommitted": "turn_committed",
+        "TurnDiscarded": "turn_discarded",
+        "CompletionIgnored": "completion_ignored",
+    }
+    assert set(SCHEMA_VERSIONS) == set(WIRE_TAGS.values())
+
+
+@pytest.mark.parametrize("event", sample_events(), ids=lambda e: type(e).__name__)
+def test_every_event_round_trips_through_json(event: Any) -> None:
+    tag, version, payload = DEFAULT_CODEC.to_payload(event)
+    assert tag == WIRE_TAGS[type(event)]
+    assert version == SCHEMA_VERSIONS[tag]
+    wire = json.loads(json.dumps(payload, ensure_ascii=False))
+    assert DEFAULT_CODEC.from_payload(tag, version, wire) == event
+
+
+def test_envelope_round_trip() -> None:
+    event = sample_events()[1]
+    stored = DEFAULT_CODEC.encode(event, session_id="s", seq=7, recorded_at=12.5)
+    assert (stored.session_id, stored.seq, stored.tag, stored.schema_version) == (
+        "s",
+        7,
+        "turn_submitted",
+        1,
+    )
+    assert stored.recorded_at == 12.5
+    assert DEFAULT_CODEC.decode(stored) == event
+
+
+def test_unknown_tag_is_typed() -> None:
+    with pytest.raises(UnknownEventTag, match="turn_exploded"):
+        DEFAULT_CODEC.from_payload("turn_exploded", 1, {})
+
+
+@pytest.mark.parametrize("version", [0, 3, 99, "1", True])
+def test_unknown_version_is_typed(version: Any) -> None:
+    with pytest.raises(UnknownEventTag):
+        DEFAULT_CODEC.from_payload(
+            "turn_discarded", version, {"request_id": "r", "reason": "empty"}
+        )
+
+
+GOOD_COMMIT = {"request_id": "r", "answer": "a", "finish_reason": "stop", "usage": None}
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        ({**GOOD_COMMIT, "answer": 1}, "answer"),
+        ({**GOOD_COMMIT, "answer": None}, "answer"),
+        ({**GOOD_COMMIT, "extra": 1}, "extra"),
+        ({k: v for k, v in GOOD_COMMIT.items() if k != "answer"}, "answer"),
+        ({**GOOD_COMMIT, "usage": {"prompt_tokens": "10"}}, "prompt_tokens"),
+        ({**GOOD_COMMIT, "usage": {"prompt_tokens": True}}, "prompt_tokens"),
+        ({**GOOD_COMMIT, "usage": [1, 2]}, "usage"),
+    ],
+)
+def test_bad_payloads_raise_codec_error_naming_the_field(payload: Any, fragment: str) -> None:
+    with pytest.raises(CodecError, match=fragment):
+        DEFAULT_CODEC.from_payload("turn_committed", 1, payload)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"request_id": "r", "reason": "bored", "detail": "", "preview_chars": 0},
+        {"request_id": "r", "reason": "timeout", "detail": "", "preview_chars": 1.5},
+        ["not", "an", "object"],
+    ],
+)
+def test_bad_discards_are_refused(payload: Any) -> None:
+    with pytest.raises(CodecError):
+        DEFAULT_CODEC.from_payload("turn_discarded", 2, payload)
+
+
+def test_bad_policy_is_refused() -> None:
+    base = {"system": "", "model": "m", "on_busy": "reject"}
+    for policy in ({"kind": "sliding"}, {"kind": "window", "max_turns": 0}, {"max_turns": 3}):
+        with pytest.raises(CodecError):
+            DEFAULT_CODEC.from_payload("session_started", 2, {**base, "policy": policy})
+
+
+def test_decode_names_the_stored_place() -> None:
+    stored = StoredEvent("sess-9", 4, "turn_committed", 1, {"request_id": 1}, 0.0)
+    with pytest.raises(CodecError, match=r"sess-9.*seq 4"):
+        DEFAULT_CODEC.decode(stored)
+
+
+# --- upcasting ------------------------------------------------------------
+
+
+def test_session_started_v1_is_upcast() -> None:
+    # v1 kept the window as a bare max_turns (null = keep everything).
+    v1_window = {"system": "be brief", "model": "m", "max_turns": 4}
+    v1_ledger = {"system": "be brief", "model": "m", "max_turns": None}
+    assert DEFAULT_CODEC.from_payload("session_started", 1, v1_window) == SessionStarted(
+        "be brief", "m", Window(4), "reject"
+    )
+    assert DEFAULT_CODEC.from_payload("session_started", 1, v1_ledger) == SessionStarted(
+        "be brief", "m", Ledger(), "reject"
+    )
+
+
+def test_turn_discarded_v1_is_upcast() -> None:
+    v1 = {"request_id": "r", "reason": "timeout", "detail": "deadline"}
+    assert DEFAULT_CODEC.from_payload("turn_discarded", 1, v1) == TurnDiscarded(
+        "r",
+        "timeout",
+        "deadline",
+        0,  # type: ignore[arg-type]
+    )
+
+
+def test_upcasters_chain_one_version_at_a_time() -> None:
+    # A codec whose turn_discarded is at v3: v1 -> v2 (built in) -> v3 (ours).
+    calls: list[int] = []
+
+    def v2_to_v3(p: dict[str, Any]) -> dict[str, Any]:
+        calls.append(p["preview_chars"])
+        return {**p, "detail": p["detail"].upper()}
+
+    # v3 is "the same schema, detail upper-cased": structuring still uses the class.
+    codec = EventCodec(
+        upcasters={**UPCASTERS, ("turn_discarded", 2): v2_to_v3},
+        versions={**SCHEMA_VERSIONS, "turn_discarded": 3},
+    )
+    got = codec.from_payload(
+        "turn_discarded", 1, {"request_id": "r", "reason": "limit", "detail": "x"}
+    )
+    assert got == TurnDiscarded("r", "limit", "X", 0)  # type: ignore[arg-type]
+    assert calls == [0]
+    # a version without a path forward is an error, not a guess
+    missing = EventCodec(upcasters={}, versions=SCHEMA_VERSIONS)
+    with pytest.raises(UnknownEventTag, match="no upcaster"):
+        missing.from_payload("turn_discarded", 1, {"request_id": "r", "reason": "limit"})
+
+
+def test_encoding_a_non_event_is_refused() -> None:
+    with pytest.raises(CodecError):
+        DEFAULT_CODEC.to_payload(object())  # type: ignore[arg-type]

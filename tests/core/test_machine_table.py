@@ -1,0 +1,285 @@
+"""Every (state, message) pair against the transition tables."""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+import pytest
+
+from turnledger import InvalidCommand, ReplayError
+from turnledger.events import (
+    CompletionIgnored,
+    SessionStarted,
+    StreamStarted,
+    TurnCommitted,
+    TurnDiscarded,
+    TurnRejected,
+    TurnSubmitted,
+    Usage,
+)
+from turnledger.sessions import (
+    EVENT_TRANSITIONS,
+    TRANSITIONS,
+    Cancel,
+    Committed,
+    Completed,
+    Discarded,
+    Failed,
+    Failure,
+    Idle,
+    Interrupt,
+    Message,
+    Pending,
+    ResponseStarted,
+    SessionState,
+    Start,
+    Streaming,
+    Submit,
+    Timeout,
+    decide,
+    evolve,
+    initial_state,
+    outcome_of,
+)
+
+from ._given import Session, given, rid
+
+CURRENT = rid("cur")
+STALE = rid("old")
+
+
+def _states() -> dict[str, Session]:
+    """One session in every phase; the in-flight request is CURRENT, and
+    STALE is a request the session already finished."""
+    done = given(Submit(STALE, "first?"), Completed(STALE, "first!", "stop"))
+    pending = given(
+        Submit(STALE, "first?"), Completed(STALE, "first!", "stop"), Submit(CURRENT, "second?")
+    )
+    streaming = given(
+        Submit(STALE, "first?"),
+        Completed(STALE, "first!", "stop"),
+        Submit(CURRENT, "second?"),
+        ResponseStarted(CURRENT),
+    )
+    discarded = given(Submit(STALE, "first?"), Cancel())
+    return {
+        "unstarted": Session(),
+        "idle": given(),
+        "pending": pending,
+        "streaming": streaming,
+        "committed": done,
+        "discarded": discarded,
+    }
+
+
+def _messages(request_id: str) -> list[Message]:
+    r = rid(request_id)
+    return [
+        Start("s", "m"),
+        Submit(rid("new"), "a new question"),
+        Submit(r, "a repeated request id"),
+        Cancel(),
+        Cancel(r),
+        Timeout(r, "deadline"),
+        Interrupt(),
+        ResponseStarted(r),
+        Completed(r, "an answer", "stop", Usage(1, 2, 3)),
+        Completed(r, "an answer", "length"),
+        Completed(r, "  \n", "stop"),
+        Failed(r, Failure("http_status", "HTTP 429")),
+    ]
+
+
+CASES = [
+    pytest.param(name, msg, id=f"{name}-{type(msg).__name__}-{i}")
+    for name in _states()
+    for i, msg in enumerate(_messages("cur") + _messages("old") + _messages("never"))
+]
+
+
+@pytest.mark.parametrize(("name", "message"), CASES)
+def test_every_pair_matches_the_table(name: str, message: Message) -> None:
+    session = _states()[name]
+    before = session.state
+    allowed = TRANSITIONS.get(type(before), {}).get(type(message))
+    if allowed is None or (isinstance(message, Start) != (before.config is None)):
+        with pytest.raises(InvalidCommand):
+            session.when(message)
+        assert session.state is before
+        return
+    session.when(message)
+    assert type(session.state) in allowed
+    session.then_replay_matches()
+    # a message never loses committed history
+    assert list(session.state.turns[: len(before.turns)]) == list(before.turns)
+
+
+def test_table_covers_every_state_and_message() -> None:
+    states = {Idle, Pending, Streaming, Committed, Discarded}
+    messages = {Start, Submit, Cancel, Timeout, Interrupt, ResponseStarted, Completed, Failed}
+    assert set(TRANSITIONS) == states
+    assert set(EVENT_TRANSITIONS) == states
+    for state in states - {Idle}:
+        assert set(TRANSITIONS[state]) == messages - {Start}
+    assert set(TRANSITIONS[Idle]) == messages
+
+
+@pytest.mark.parametrize("name", [n for n in _states() if n != "unstarted"])
+@pytest.mark.parametrize("request_id", ["old", "never"])
+def test_stale_messages_change_nothing(name: str, request_id: str) -> None:
+    stale: list[Message] = [
+        Cancel(rid(request_id)),
+        Timeout(rid(request_id)),
+        ResponseStarted(rid(request_id)),
+        Completed(rid(request_id), "late answer", "stop"),
+        Failed(rid(request_id), Failure("timeout")),
+    ]
+    for message in stale:
+        session = _states()[name]
+        before = session.state
+        events = session.when(message)
+        if isinstance(message, (Completed, Failed)):
+            # recorded for the audit trail, nothing else
+            assert len(events) == 1 and isinstance(events[0], CompletionIgnored)
+            assert attrs.evolve(session.state, version=before.version) == before
+        else:
+            assert events == ()
+            assert session.state is before
+
+
+def test_commit_needs_stop_and_text() -> None:
+    s = given(Submit(CURRENT, "q"))
+    assert s.when(Completed(CURRENT, "  ", "stop")) == (
+        TurnDiscarded(CURRENT, "empty", "the answer is empty", 0),
+    )
+    for finish in ("length", None, "content_filter", "tool_calls", "STOP"):
+        s = given(Submit(CURRENT, "q"))
+        (ev,) = s.when(Completed(CURRENT, "visible text", finish), preview_chars=12)
+        assert isinstance(ev, TurnDiscarded) and ev.reason == "incomplete_finish"
+        assert ev.preview_chars == 12
+        assert len(s.state.turns) == 0
+    s = given(Submit(CURRENT, "q"), ResponseStarted(CURRENT))
+    (ev,) = s.when(Completed(CURRENT, "done", "stop", Usage(3, 4, 7)))
+    assert ev == TurnCommitted(CURRENT, "done", "stop", Usage(3, 4, 7))
+    assert [(t.question, t.answer) for t in s.state.turns] == [("q", "done")]
+
+
+def test_busy_submit_is_rejected_by_default() -> None:
+    s = given(Submit(CURRENT, "q"))
+    assert s.when(Submit(rid("second"), "q2")) == (
+        TurnRejected(rid("second"), "busy", "request cur is in flight"),
+    )
+    assert isinstance(s.state, Pending) and s.state.request.request_id == CURRENT
+    assert outcome_of(s.state, rid("second")) is not None
+
+
+def test_busy_submit_supersedes_when_the_policy_says_so() -> None:
+    s = given(
+        Submit(CURRENT, "q"), ResponseStarted(CURRENT), start=Start("", "m", on_busy="supersede")
+    )
+    events = s.when(Submit(rid("second"), "q2"), preview_chars=5)
+    assert [type(e) for e in events] == [TurnDiscarded, TurnSubmitted]
+    assert events[0] == TurnDiscarded(CURRENT, "superseded", "by second", 5)
+    assert isinstance(s.state, Pending) and s.state.request.request_id == "second"
+    # the superseded request's late answer is ignored
+    assert s.when(Completed(CURRENT, "late", "stop")) == (CompletionIgnored(CURRENT, "completed"),)
+    assert len(s.state.turns) == 0
+    s.then_replay_matches()
+
+
+def test_repeated_request_id_is_idempotent() -> None:
+    s = given(Submit(CURRENT, "q"), Completed(CURRENT, "a", "stop"))
+    version = s.state.version
+    assert s.when(Submit(CURRENT, "q")) == ()
+    assert s.when(Submit(CURRENT, "a different question, same id")) == ()
+    assert s.state.version == version
+    outcome = outcome_of(s.state, CURRENT)
+    assert outcome is not None and (outcome.kind, outcome.answer) == ("committed", "a")
+    # also while the request is still in flight
+    s = given(Submit(CURRENT, "q"))
+    assert s.when(Submit(CURRENT, "q")) == ()
+    assert outcome_of(s.state, CURRENT) is not None
+    assert outcome_of(s.state, CURRENT).kind == "in_flight"  # type: ignore[union-attr]
+
+
+def test_empty_questions_are_rejected_before_transport() -> None:
+    for q in ("", " ", "\n\t \r\n", "\u3000"):
+        s = given()
+        (ev,) = s.when(Submit(CURRENT, q))
+        assert isinstance(ev, TurnRejected) and ev.reason == "empty_question"
+        assert isinstance(s.state, Idle)
+
+
+def test_recovery_closes_a_turn_left_in_flight() -> None:
+    for tail in ([], [StreamStarted(CURRENT)]):
+        log = [
+            SessionStarted("", "m"),
+            TurnSubmitted(CURRENT, "q", 0, 0, 50),
+            *tail,
+        ]
+        s = Session(state=initial_state(), log=list(log))
+        for ev in log:
+            s.state = evolve(s.state, ev)
+        assert s.when(Interrupt("recovered in flight")) == (
+            TurnDiscarded(CURRENT, "interrupted", "recovered in flight", 0),
+        )
+        assert isinstance(s.state, Discarded)
+        # and nothing to close the second time
+        assert s.when(Interrupt()) == ()
+
+
+def test_cancel_targets_only_its_own_request() -> None:
+    s = given(Submit(CURRENT, "q"))
+    assert s.when(Cancel(STALE)) == ()
+    assert s.when(Cancel(CURRENT)) == (TurnDiscarded(CURRENT, "cancelled", "", 0),)
+
+
+@pytest.mark.parametrize(
+    ("state_name", "event"),
+    [
+        ("idle", StreamStarted(CURRENT)),
+        ("idle", TurnCommitted(CURRENT, "a", "stop")),
+        ("committed", TurnDiscarded(CURRENT, "timeout")),
+        ("pending", TurnSubmitted(rid("x"), "q", 0, 0, 1)),
+        ("pending", TurnCommitted(rid("other"), "a", "stop")),
+        ("streaming", StreamStarted(CURRENT)),
+        ("idle", SessionStarted("", "m")),
+        ("unstarted", TurnSubmitted(rid("x"), "q", 0, 0, 1)),
+        ("committed", TurnSubmitted(STALE, "q again", 0, 0, 1)),
+    ],
+)
+def test_impossible_logs_do_not_fold(state_name: str, event: object) -> None:
+    state = _states()[state_name].state
+    with pytest.raises(ReplayError):
+        evolve(state, event)  # type: ignore[arg-type]
+
+
+def test_events_lead_where_the_event_table_says() -> None:
+    for name, session in _states().items():
+        for message in _messages("cur") + _messages("new"):
+            try:
+                events = decide(session.state, message)
+            except InvalidCommand:
+                continue
+            state: SessionState = session.state
+            for ev in events:
+                target = EVENT_TRANSITIONS[type(state)][type(ev)]
+                state = evolve(state, ev)
+                assert type(state) is (target or type(state)), (name, message, ev)
+
+
+def test_state_diagram_is_drawn_from_the_table() -> None:
+    from turnledger.sessions._diagram import state_diagram
+
+    dot = state_diagram()
+    for a, row in EVENT_TRANSITIONS.items():
+        for ev, b in row.items():
+            if b is not None and b is not a:
+                assert f'"{a.__name__}" -> "{b.__name__}" [label="{ev.__name__}"]' in dot
+
+
+def test_pairs_are_exhaustive() -> None:
+    # 6 sessions x 36 messages: the parametrized test above walks all of them.
+    assert len(CASES) == len(_states()) * 3 * len(_messages("x"))
+    assert len(list(itertools.product(TRANSITIONS, TRANSITIONS[Pending]))) == 35

@@ -1,0 +1,268 @@
+"""The request budget: exact byte accounting and whole-turn projection."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given as hgiven
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from turnledger.events import RequestId, TurnRejected, TurnSubmitted, Window
+from turnledger.sessions import (
+    Budget,
+    ChatMessage,
+    Completed,
+    History,
+    JsonChatEncoder,
+    Start,
+    Submit,
+    Turn,
+    build_messages,
+    naive_plan,
+    plan,
+    request_messages,
+)
+
+from ._given import Session, given, rid
+
+# Awkward text: CJK, emoji (4-byte UTF-8), quotes, backslashes, newlines and
+# control characters (escaped as \uXXXX by JSON), lone surrogates excluded
+# (they cannot be sent as UTF-8 at all).
+awkward = st.text(
+    alphabet=st.one_of(
+        st.sampled_from('你好世界，“”‘’"\\\n\r\t\x00\x01\x1f\x7f\u2028\u2029 🌱🚀é'),
+        st.characters(exclude_categories=("Cs",)),
+    ),
+    max_size=40,
+)
+extras = st.dictionaries(
+    st.sampled_from(["temperature", "max_tokens", "stream_options", "stop", "user"]),
+    st.one_of(
+        st.integers(0, 4096),
+        st.floats(0, 2, allow_nan=False),
+        st.just({"include_usage": True}),
+        st.lists(awkward, max_size=2),
+        awkward,
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=500)
+@hgiven(
+    model=awkward,
+    msgs=st.lists(
+        st.builds(ChatMessage, st.sampled_from(["system", "user", "assistant"]), awkward),
+        max_size=8,
+    ),
+    stream=st.booleans(),
+    extra=extras,
+)
+def test_linear_size_equals_the_real_body_byte_for_byte(
+    model: str, msgs: list[ChatMessage], stream: bool, extra: dict[str, object]
+) -> None:
+    enc = JsonChatEncoder(stream=stream, extra=extra)
+    body = enc.encode(model, msgs)
+    assert enc.frame_size(model, len(msgs)) + sum(map(enc.message_size, msgs)) == len(body)
+    # and the body is what we claim it is: compact UTF-8 JSON, not ASCII-escaped
+    decoded = json.loads(body)
+    assert decoded["messages"] == [{"role": m.role, "content": m.content} for m in msgs]
+    assert decoded["model"] == model and decoded["stream"] is stream
+
+
+@settings(max_examples=500)
+@hgiven(
+    system=awkward,
+    pairs=st.lists(st.tuples(awkward, awkward), max_size=12),
+    question=awkward,
+    context_start=st.integers(0, 12),
+    budget=st.one_of(st.none(), st.integers(0, 1500)),
+    extra=extras,
+)
+def test_projection_chooses_what_the_naive_loop_chooses(
+    system: str,
+    pairs: list[tuple[str, str]],
+    question: str,
+    context_start: int,
+    budget: int | None,
+    extra: dict[str, object],
+) -> None:
+    turns = History([Turn(RequestId(f"r{i}"), q, a) for i, (q, a) in enumerate(pairs)])
+    context_start = min(context_start, len(turns))
+    b = Budget(budget, JsonChatEncoder(extra=extra))
+    fast = plan("m", system, turns, context_start, question, b)
+    slow = naive_plan("m", system, turns, context_start, question, b)
+    assert fast == slow
+    if fast.fits:
+        body = b.encoder.encode("m", build_messages(system, turns, fast.turns_sent, question))
+        assert len(body) == fast.request_bytes
+        assert budget is None or len(body) <= budget
+        assert fast.turns_sent + fast.turns_dropped == len(turns) - context_start
+
+
+def test_cached_sizes_are_shared_and_survive_branching() -> None:
+    h = History()
+    enc = JsonChatEncoder()
+    b = Budget(None, enc)
+    for i in range(5):
+        h = h.append(Turn(RequestId(f"r{i}"), f"q{i}", "答" * i))
+        assert plan("m", "", h, 0, "?", b) == naive_plan("m", "", h, 0, "?", b)
+    older = h
+    branch = History(list(h)[:3]).append(Turn(RequestId("x"), "other", "branch"))
+    newer = h.append(Turn(RequestId("r5"), "q5", "long " * 50))
+    # appending to an old view must not disturb the newer one, and vice versa
+    alt = older.append(Turn(RequestId("r5b"), "q5b", "short"))
+    for view in (older, branch, newer, alt):
+        assert plan("m", "", view, 0, "?", Budget(300, enc)) == naive_plan(
+            "m", "", view, 0, "?", Budget(300, enc)
+        )
+    assert [t.request_id for t in newer][-1] == "r5"
+    assert [t.request_id for t in alt][-1] == "r5b"
+    assert len(older) == 5
+
+
+# --- seed 003: the boundary table, with our own fixture -----------------------
+
+SYSTEM = "你是一个简洁的助手。"
+QUESTION = "代号是什么？"
+FIXTURE = [
+    ("项目代号是 ORCHID-17，记住它。", "好的，记住了：“ORCHID-17”。"),
+    ("I prefer Java 8.\nKeep answers short.", 'Noted 🌱 — Java 8, short "answers".'),
+]
+
+
+def _ledger_session(budget: int | None) -> Session:
+    s = given(start=Start(SYSTEM, "gpt-4o-mini"), budget=Budget(None))
+    for i, (q, a) in enumerate(FIXTURE):
+        s.when(Submit(rid(f"t{i}"), q))
+        s.when(Completed(rid(f"t{i}"), a, "stop"))
+    s.budget = Budget(budget)
+    return s
+
+
+@pytest.mark.parametrize(
+    ("budget", "retained", "dropped", "actual"),
+    [
+        (158, 0, 2, 158),  # exactly the mandatory part
+        (298, 0, 2, 158),  # one byte short of the newest turn
+        (299, 1, 1, 299),
+        (440, 1, 1, 299),  # one byte short of both
+        (441, 2, 0, 441),
+        (600, 2, 0, 441),
+        (None, 2, 0, 441),
+    ],
+)
+def test_seed_003_boundary_table(
+    budget: int | None, retained: int, dropped: int, actual: int
+) -> None:
+    s = _ledger_session(budget)
+    (ev,) = s.when(Submit(rid("q"), QUESTION))
+    assert ev == TurnSubmitted(rid("q"), QUESTION, retained, dropped, actual)
+    # the recorded size is the size of the body the adapter will really send
+    body = JsonChatEncoder().encode("gpt-4o-mini", request_messages(s.state))  # type: ignore[arg-type]
+    assert len(body) == actual
+    sent = json.loads(body)["messages"]
+    assert sent[0] == {"role": "system", "content": SYSTEM}
+    assert sent[-1] == {"role": "user", "content": QUESTION}
+    assert len(sent) == 2 + 2 * retained
+    if retained == 1:  # the newest turn, whole, never half of one
+        assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+        assert sent[1]["content"] == FIXTURE[1][0]
+
+
+def test_mandatory_overflow_one_byte_under_is_rejected_and_changes_nothing() -> None:
+    s = _ledger_session(157)
+    before = s.state
+    (ev,) = s.when(Submit(rid("q"), QUESTION))
+    assert isinstance(ev, TurnRejected) and ev.reason == "over_budget"
+    assert "158" in ev.detail and "157" in ev.detail
+    assert s.state.turns == before.turns and type(s.state) is type(before)
+    # a wider budget afterwards works, with everything still there
+    s.budget = Budget(441)
+    (ev,) = s.when(Submit(rid("q2"), QUESTION))
+    assert isinstance(ev, TurnSubmitted) and ev.turns_sent == 2
+
+
+def test_never_skip_a_large_recent_turn_to_pack_an_older_small_one() -> None:
+    s = given(start=Start("", "m"))
+    s.when(Submit(rid("small"), "old"))
+    s.when(Completed(rid("small"), "tiny", "stop"))
+    s.when(Submit(rid("big"), "new"))
+    s.when(Completed(rid("big"), "huge " * 100, "stop"))
+    s.budget = Budget(200)  # fits the small turn, not the big one
+    (ev,) = s.when(Submit(rid("q"), "?"))
+    assert isinstance(ev, TurnSubmitted) and (ev.turns_sent, ev.turns_dropped) == (0, 2)
+
+
+def test_ledger_narrows_then_widens_again() -> None:
+    # seed 003's sequence: narrow (the old fact is absent), commit, widen (it is back)
+    s = _ledger_session(299)
+    s.when(Submit(rid("narrow"), "Java 8 again?"))
+    narrow = request_messages(s.state)  # type: ignore[arg-type]
+    assert not any("ORCHID-17" in m.content for m in narrow)
+    s.when(Completed(rid("narrow"), "Yes, Java 8.", "stop"))
+    assert len(s.state.turns) == 3  # the ledger keeps everything
+    s.budget = Budget(None)
+    s.when(Submit(rid("wide"), QUESTION))
+    wide = request_messages(s.state)  # type: ignore[arg-type]
+    assert any("ORCHID-17" in m.content for m in wide)
+    assert len(wide) == 2 + 2 * 3
+    s.then_replay_matches()
+
+
+# --- seed 000: the window ------------------------------------------------------
+
+
+def test_window_keeps_four_pairs_and_evicts_the_oldest_whole() -> None:
+    s = given(start=Start("sys", "m", Window(4)))
+    for i in range(1, 6):
+        s.when(Submit(rid(f"r{i}"), f"user{i}"))
+        sent = request_messages(s.state)  # type: ignore[arg-type]
+        # the request carries at most the four kept pairs plus the question
+        assert len(sent) == 2 + 2 * min(i - 1, 4)
+        s.when(Completed(rid(f"r{i}"), f"assistant{i}", "stop"))
+    assert [t.question for t in s.state.context] == ["user2", "user3", "user4", "user5"]
+    s.when(Submit(rid("r6"), "user6"))
+    sent = request_messages(s.state)  # type: ignore[arg-type]
+    # no orphan assistant message at the head: system, then user2
+    assert [m.role for m in sent[:3]] == ["system", "user", "assistant"]
+    assert sent[1].content == "user2"
+    assert [m.content for m in sent[1:]] == [
+        "user2", "assistant2", "user3", "assistant3", "user4", "assistant4",
+        "user5", "assistant5", "user6",
+    ]  # fmt: skip
+    # the ledger of committed turns still holds all five (for audit and replay)
+    assert len(s.state.turns) == 5
+    s.then_replay_matches()
+
+
+def test_window_trim_then_commit_never_brings_evicted_turns_back() -> None:
+    s = given(start=Start("", "m", Window(4)))
+    for i in range(3):
+        s.when(Submit(rid(f"r{i}"), f"q{i}"))
+        s.when(Completed(rid(f"r{i}"), "a" * 100, "stop"))
+    s.budget = Budget(330)  # room for one old turn only
+    (ev,) = s.when(Submit(rid("narrow"), "q3"))
+    assert isinstance(ev, TurnSubmitted) and ev.turns_sent == 1
+    s.when(Completed(rid("narrow"), "a3", "stop"))
+    # after a commit the context is exactly what was sent plus the new turn
+    assert [t.question for t in s.state.context] == ["q2", "q3"]
+    s.budget = Budget(None)
+    s.when(Submit(rid("wide"), "q4"))
+    assert [m.content for m in request_messages(s.state)][::2] == ["q2", "q3", "q4"]  # type: ignore[arg-type]
+
+
+def test_window_trim_then_timeout_leaves_the_window_alone() -> None:
+    from turnledger.sessions import Timeout
+
+    s = given(start=Start("", "m", Window(4)))
+    for i in range(3):
+        s.when(Submit(rid(f"r{i}"), f"q{i}"))
+        s.when(Completed(rid(f"r{i}"), "a" * 100, "stop"))
+    before = s.state
+    s.budget = Budget(330)
+    s.when(Submit(rid("narrow"), "q3"))
+    s.when(Timeout(rid("narrow")))
+    assert s.state.context == before.context and s.state.turns == before.turns
