@@ -6,6 +6,9 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given as hgiven
+from hypothesis import settings
+from hypothesis import strategies as st
 
 from turnledger import CodecError, UnknownEventTag
 from turnledger.events import (
@@ -170,3 +173,50 @@ def test_upcasters_chain_one_version_at_a_time() -> None:
 def test_encoding_a_non_event_is_refused() -> None:
     with pytest.raises(CodecError):
         DEFAULT_CODEC.to_payload(object())  # type: ignore[arg-type]
+
+
+# --- the generated fast path agrees with cattrs ----------------------------
+
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.sampled_from(["stop", "timeout", "busy", "r-1", "ledger"]),
+    st.lists(st.integers(), max_size=2),
+    st.fixed_dictionaries({"prompt_tokens": st.integers(0, 9)}),
+)
+
+
+@settings(max_examples=500)
+@hgiven(
+    index=st.integers(0, 6),
+    drop=st.lists(st.text(min_size=1, max_size=15), max_size=2),
+    put=st.dictionaries(
+        st.sampled_from(
+            ["request_id", "answer", "reason", "detail", "usage", "preview_chars", "outcome",
+             "turns_sent", "finish_reason", "question", "extra", "total_tokens"]
+        ),
+        _values,
+        max_size=3,
+    ),
+)  # fmt: skip
+def test_fast_path_agrees_with_cattrs(index: int, drop: list[str], put: dict[str, Any]) -> None:
+    event = sample_events()[index]
+    tag, version, payload = DEFAULT_CODEC.to_payload(event)
+    mutated = {k: v for k, v in payload.items() if k not in drop}
+    mutated.update(put)
+    slow = EventCodec()
+    slow._fast = {}  # cattrs only
+    try:
+        expected: Any = slow.from_payload(tag, version, mutated)
+    except CodecError as exc:
+        expected = type(exc)
+    try:
+        got: Any = DEFAULT_CODEC.from_payload(tag, version, mutated)
+    except CodecError as exc:
+        got = type(exc)
+    assert got == expected
+    if not isinstance(got, type):
+        assert type(got) is type(event)

@@ -13,7 +13,8 @@ half-built event. Strings are never coerced into numbers or back.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeAlias
+from types import UnionType
+from typing import Any, Final, Literal, TypeAlias, Union, get_args, get_origin, get_type_hints
 
 import attrs
 import cattrs
@@ -128,6 +129,86 @@ def _make_converter() -> cattrs.Converter:
     return conv
 
 
+class _Slow(Exception):
+    """The fast path declines; the detailed cattrs path decides."""
+
+
+_Check: TypeAlias = Callable[[Any], Any]
+
+
+def _condition(tp: Any, var: str, env: dict[str, Any]) -> str:
+    """Python source that is true when ``var`` is NOT a valid value of ``tp``."""
+    origin = get_origin(tp)
+    if tp is str or getattr(tp, "__supertype__", None) is str:
+        return f"type({var}) is not str"
+    if tp is int:
+        return f"type({var}) is not int"
+    if origin is Literal:
+        name = f"_allowed_{len(env)}"
+        env[name] = frozenset(get_args(tp))
+        return f"(type({var}) is not str or {var} not in {name})"
+    if origin in (Union, UnionType):
+        args = get_args(tp)
+        if len(args) == 2 and type(None) in args:
+            inner = next(a for a in args if a is not type(None))
+            return f"({var} is not None and {_condition(inner, var, env)})"
+    raise TypeError(tp)
+
+
+def _fast_structurer(cls: type[Any]) -> _Check:
+    """Generate a strict structurer for ``cls`` (like attrs generates __init__).
+
+    It accepts exactly a dict with the required keys, optional ones, nothing
+    else, and values of exactly the declared JSON types; otherwise it raises
+    ``_Slow``. Nested attrs classes (``Usage``) are structured the same way.
+    """
+    hints = get_type_hints(cls)
+    env: dict[str, Any] = {"_Slow": _Slow, "_cls": cls}
+    lines = ["def structure(p):", "    if type(p) is not dict: raise _Slow", "    n = 0"]
+    args = []
+    for k, f in enumerate(attrs.fields(cls)):
+        var = f"v{k}"
+        tp = hints[f.name]
+        if f.default is attrs.NOTHING:
+            lines += [f"    if {f.name!r} not in p: raise _Slow", f"    {var} = p[{f.name!r}]"]
+            lines.append("    n += 1")
+        else:
+            default = f"_default_{k}"
+            env[default] = f.default
+            lines += [
+                f"    if {f.name!r} in p:",
+                f"        {var} = p[{f.name!r}]",
+                "        n += 1",
+                f"    else: {var} = {default}",
+            ]
+        nested = [a for a in (tp, *get_args(tp)) if attrs.has(a)]
+        if nested:
+            sub = f"_sub_{k}"
+            env[sub] = _fast_structurer(nested[0])
+            optional = type(None) in get_args(tp)
+            call = f"{var} = {sub}({var})"
+            lines.append(f"    if {var} is not None: {call}" if optional else f"    {call}")
+        else:
+            lines.append(f"    if {_condition(tp, var, env)}: raise _Slow")
+        args.append(var)
+    lines += ["    if n != len(p): raise _Slow", f"    return _cls({', '.join(args)})"]
+    exec("\n".join(lines), env)  # noqa: S102 - generated from our own class definitions
+    structure: _Check = env["structure"]
+    return structure
+
+
+def _fast_structurers() -> dict[str, _Check]:
+    # Every event class whose fields this fast path understands; the others
+    # (the tagged policy union) always take the cattrs path.
+    out = {}
+    for cls, tag in WIRE_TAGS.items():
+        try:
+            out[tag] = _fast_structurer(cls)
+        except TypeError:
+            continue
+    return out
+
+
 @attrs.define
 class EventCodec:
     """Turns events into ``(tag, schema_version, payload)`` and back.
@@ -141,6 +222,10 @@ class EventCodec:
     upcasters: Mapping[tuple[str, int], Upcaster] = attrs.field(default=UPCASTERS)
     versions: Mapping[str, int] = attrs.field(default=SCHEMA_VERSIONS)
     _converter: cattrs.Converter = attrs.field(factory=_make_converter, init=False)
+    # Generated strict structurers for current-version payloads: the common
+    # case of replay. Anything they do not accept exactly goes through cattrs,
+    # which either builds the same event or raises a detailed CodecError.
+    _fast: dict[str, _Check] = attrs.field(factory=_fast_structurers, init=False)
 
     def to_payload(self, event: Event) -> tuple[str, int, Payload]:
         """Return the wire tag, schema version and JSON-able payload of ``event``."""
@@ -158,6 +243,13 @@ class EventCodec:
             UnknownEventTag: the tag or the version is not known.
             CodecError: the payload does not match the event's schema.
         """
+        fast = self._fast.get(tag)
+        if fast is not None and schema_version == self.versions[tag]:
+            try:
+                event: Event = fast(payload)
+                return event
+            except (_Slow, ValueError, TypeError):
+                pass  # let cattrs explain
         cls = _CLASSES.get(tag)
         current = self.versions.get(tag)
         if cls is None or current is None:
@@ -175,7 +267,7 @@ class EventCodec:
                 raise UnknownEventTag(f"{tag}: no upcaster from version {version}")
             data = step(data)
         try:
-            event: Event = self._converter.structure(data, cls)
+            event = self._converter.structure(data, cls)
         except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
             detail = _describe(exc)
             raise CodecError(f"{tag} v{schema_version}: bad payload: {detail}") from exc

@@ -1,5 +1,21 @@
-"""Event stores: memory, SQLite, a JSON-lines journal and PostgreSQL."""
+"""Event stores: memory, SQLite, a JSON-lines journal and PostgreSQL.
 
+:func:`open_store` picks one from a string: a ``postgresql://`` URL, a
+``.jsonl`` journal, or else an SQLite file.
+"""
+
+from ._open import open_store, store_kind
+from .journal import JournalStore
 from .memory import MemoryStore
+from .postgres import PostgresStore
+from .sqlite import SQLiteStats, SQLiteStore
 
-__all__ = ["MemoryStore"]
+__all__ = [
+    "JournalStore",
+    "MemoryStore",
+    "PostgresStore",
+    "SQLiteStats",
+    "SQLiteStore",
+    "open_store",
+    "store_kind",
+]

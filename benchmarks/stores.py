@@ -1,0 +1,380 @@
+"""Store throughput: group commit against its baselines, and replay speed.
+
+    python benchmarks/stores.py [--big] [--sessions N] [--turns N] [--repeat N]
+
+Appends. A *turn* is one append of 3 events (TurnSubmitted, StreamStarted,
+TurnCommitted; a 100-character question and a 600-character answer, mixed
+scripts). ``--sessions`` sessions (default 1,000) each append ``--turns``
+turns one after the other (each session already holds its SessionStarted),
+all sessions at once. Every contender writes the same turns to a fresh file,
+with WAL and the same ``synchronous`` setting (FULL unless ``--synchronous``):
+
+- ``group``      SQLiteStore, 1,000 trio tasks, group commit (the default)
+- ``per-append`` SQLiteStore with ``group_commit=False``: one transaction each
+- ``bare``       a plain sqlite3 loop on one thread: per turn BEGIN, one
+                 executemany of the 3 rows (json.dumps'd), COMMIT. No version
+                 check, no threads: the ceiling for one transaction per turn.
+- ``eventsourcing``  the eventsourcing library's SQLiteApplicationRecorder
+                 (global notification ids, like our feed), ``insert_events``
+                 per turn in a plain loop (its best case: no thread hops).
+
+Replay. ``--replay-sessions`` sessions of ``--replay-turns`` turns each
+(SessionStarted + 3 events per turn), read session by session:
+
+- ``typed``       ``SQLiteStore.read`` + ``DEFAULT_CODEC.decode`` of every event
+- ``typed+fold``  the same, then ``turnledger.sessions.replay`` into a state
+- ``bare``        ``SELECT tag, payload`` + ``json.loads`` + a dict fold
+                  (question/answer pairs)
+- ``eventsourcing``  ``select_events`` + ``json.loads`` + the same dict fold
+
+Figures are medians over ``--repeat`` runs; ratios are taken between medians
+of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+sys.path.insert(0, "src")
+
+import trio
+
+from turnledger.adapters.stores import SQLiteStore
+from turnledger.adapters.stores.sqlite import Synchronous
+from turnledger.events import (
+    DEFAULT_CODEC,
+    Event,
+    Ledger,
+    RequestId,
+    SessionStarted,
+    StoredEvent,
+    StreamStarted,
+    TurnCommitted,
+    TurnSubmitted,
+    Usage,
+)
+from turnledger.sessions import replay
+
+QUESTION = "问题 {i}: how does the ledger keep “turn {i}” whole? 🌱 " + "x" * 50
+ANSWER_TEXT = "the answer is committed only when complete. "
+ANSWER = "回答 {i}: " + ANSWER_TEXT * 13  # about 600 characters; see --answer-chars
+
+
+def session_started(sid: str) -> StoredEvent:
+    ev = SessionStarted("你是一个简洁的助手。Answer briefly.", "bench-model", Ledger())
+    return DEFAULT_CODEC.encode(ev, session_id=sid, seq=1, recorded_at=time.time())
+
+
+def turn(sid: str, i: int) -> list[StoredEvent]:
+    """Turn ``i`` (0-based) of session ``sid``: seq 2 + 3i .. 4 + 3i."""
+    rid = RequestId(f"{sid}/r{i}")
+    events: list[Event] = [
+        TurnSubmitted(rid, QUESTION.format(i=i), i, 0, 900 + i),
+        StreamStarted(rid),
+        TurnCommitted(rid, ANSWER.format(i=i), "stop", Usage(120, 160, 280)),
+    ]
+    now = time.time()
+    return [
+        DEFAULT_CODEC.encode(ev, session_id=sid, seq=2 + 3 * i + k, recorded_at=now)
+        for k, ev in enumerate(events)
+    ]
+
+
+def dataset(sessions: int, turns: int) -> tuple[list[str], list[list[list[StoredEvent]]]]:
+    sids = [f"session-{n:05d}" for n in range(sessions)]
+    return sids, [[turn(sid, i) for i in range(turns)] for sid in sids]
+
+
+# --- appends ------------------------------------------------------------------
+
+
+async def _store_appends(
+    path: Path, sids: list[str], turns: list[list[list[StoredEvent]]], group: bool, sync: str
+) -> tuple[float, Any]:
+    store = await SQLiteStore.open(
+        path, group_commit=group, synchronous=cast(Synchronous, sync)
+    )
+    try:
+        for sid in sids:
+            await store.append(sid, [session_started(sid)], 0)
+        before = store.stats
+
+        async def session(n: int) -> None:
+            sid = sids[n]
+            version = 1
+            for batch in turns[n]:
+                version = await store.append(sid, batch, version)
+
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for n in range(len(sids)):
+                nursery.start_soon(session, n)
+        elapsed = time.perf_counter() - t0
+        after = store.stats
+        return elapsed, (after.transactions - before.transactions, after.appends - before.appends)
+    finally:
+        await store.aclose()
+
+
+def store_appends(path: Path, sids: list[str], turns: list[list[list[StoredEvent]]],
+                  group: bool, sync: str) -> tuple[float, Any]:
+    return trio.run(_store_appends, path, sids, turns, group, sync)
+
+
+_DUMPS = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+def bare_appends(path: Path, sids: list[str], turns: list[list[list[StoredEvent]]],
+                 sync: str) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={sync}")
+    conn.execute(
+        "CREATE TABLE events (position INTEGER PRIMARY KEY, session_id TEXT NOT NULL,"
+        " seq INTEGER NOT NULL, tag TEXT NOT NULL, schema_version INTEGER NOT NULL,"
+        " payload TEXT NOT NULL, recorded_at REAL NOT NULL, UNIQUE (session_id, seq))"
+    )
+    insert = (
+        "INSERT INTO events (session_id, seq, tag, schema_version, payload, recorded_at)"
+        " VALUES (?, ?, ?, ?, ?, ?)"
+    )
+    for sid in sids:
+        ev = session_started(sid)
+        conn.execute(insert, (sid, 1, ev.tag, ev.schema_version, _DUMPS(ev.payload), 0.0))
+    t0 = time.perf_counter()
+    for i in range(len(turns[0])):
+        for n in range(len(sids)):
+            conn.execute("BEGIN")
+            conn.executemany(
+                insert,
+                [
+                    (e.session_id, e.seq, e.tag, e.schema_version, _DUMPS(e.payload),
+                     e.recorded_at)
+                    for e in turns[n][i]
+                ],
+            )
+            conn.execute("COMMIT")
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed
+
+
+def _es_recorder(path: Path) -> Any:
+    from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
+    datastore = SQLiteDatastore(str(path), originator_id_type="text")
+    recorder = SQLiteApplicationRecorder(datastore)
+    recorder.create_table()
+    return datastore, recorder
+
+
+def es_synchronous(path: Path) -> str:
+    datastore, _ = _es_recorder(path)
+    with datastore.transaction(commit=False) as c:
+        c.execute("PRAGMA synchronous")
+        (value,) = c.fetchone()
+    datastore.close()
+    return {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[int(value)]
+
+
+def es_appends(path: Path, sids: list[str], turns: list[list[list[StoredEvent]]]) -> float:
+    from eventsourcing.persistence import StoredEvent as ESEvent
+
+    datastore, recorder = _es_recorder(path)
+
+    def es(ev: StoredEvent) -> Any:
+        return ESEvent(ev.session_id, ev.seq, ev.tag, _DUMPS(ev.payload).encode())
+
+    recorder.insert_events([es(session_started(sid)) for sid in sids])
+    t0 = time.perf_counter()
+    for i in range(len(turns[0])):
+        for n in range(len(sids)):
+            recorder.insert_events([es(e) for e in turns[n][i]])
+    elapsed = time.perf_counter() - t0
+    datastore.close()
+    return elapsed
+
+
+# --- replay -------------------------------------------------------------------
+
+
+def dict_fold(state: dict[str, Any], tag: str, payload: dict[str, Any]) -> None:
+    if tag == "turn_submitted":
+        state["pending"] = payload["question"]
+    elif tag == "turn_committed":
+        state["turns"].append((state["pending"], payload["answer"]))
+        state["pending"] = None
+    elif tag == "session_started":
+        state["system"] = payload["system"]
+    state["version"] += 1
+
+
+async def _fill(path: Path, sids: list[str], turns: list[list[list[StoredEvent]]]) -> None:
+    store = await SQLiteStore.open(path, synchronous="NORMAL")
+    try:
+        for n, sid in enumerate(sids):
+            batch = [session_started(sid)] + [e for t in turns[n] for e in t]
+            await store.append(sid, batch, 0)
+    finally:
+        await store.aclose()
+
+
+async def _typed_replay(path: Path, sids: list[str], fold: bool) -> float:
+    store = await SQLiteStore.open(path)
+    try:
+        decode = DEFAULT_CODEC.decode
+        t0 = time.perf_counter()
+        for sid in sids:
+            events = [decode(e) for e in await store.read(sid)]
+            if fold:
+                replay(events)
+        return time.perf_counter() - t0
+    finally:
+        await store.aclose()
+
+
+def typed_replay(path: Path, sids: list[str], fold: bool) -> float:
+    return trio.run(_typed_replay, path, sids, fold)
+
+
+def bare_replay(path: Path, sids: list[str]) -> float:
+    conn = sqlite3.connect(path)
+    t0 = time.perf_counter()
+    for sid in sids:
+        state: dict[str, Any] = {"turns": [], "pending": None, "version": 0}
+        for tag, payload in conn.execute(
+            "SELECT tag, payload FROM events WHERE session_id = ? ORDER BY seq", (sid,)
+        ):
+            dict_fold(state, tag, json.loads(payload))
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed
+
+
+def es_replay(path: Path, sids: list[str]) -> float:
+    datastore, recorder = _es_recorder(path)
+    t0 = time.perf_counter()
+    for sid in sids:
+        state: dict[str, Any] = {"turns": [], "pending": None, "version": 0}
+        for ev in recorder.select_events(sid):
+            dict_fold(state, ev.topic, json.loads(ev.state))
+    elapsed = time.perf_counter() - t0
+    datastore.close()
+    return elapsed
+
+
+# --- driver -------------------------------------------------------------------
+
+
+def median_of(repeat: int, run: Callable[[Path], float]) -> float:
+    times = []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as d:
+            times.append(run(Path(d) / "events.db"))
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--big", action="store_true", help="longer runs: more turns, repeats")
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--turns", type=int, help="turns per session (default 3; --big 10)")
+    parser.add_argument("--repeat", type=int, help="runs per contender (default 3; --big 5)")
+    parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL"])
+    parser.add_argument("--replay-sessions", type=int, help="default 200; --big 1000")
+    parser.add_argument("--replay-turns", type=int, default=30)
+    parser.add_argument("--answer-chars", type=int, default=600, help="answer length")
+    args = parser.parse_args()
+    global ANSWER
+    ANSWER = "回答 {i}: " + ANSWER_TEXT * max(1, args.answer_chars // len(ANSWER_TEXT))
+    turns_per = args.turns or (10 if args.big else 3)
+    repeat = args.repeat or (5 if args.big else 3)
+    replay_sessions = args.replay_sessions or (1000 if args.big else 200)
+    sync = args.synchronous
+
+    print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
+          f"{os.cpu_count()} cpus; tmp dir {os.environ.get('BENCH_DIR') or tempfile.gettempdir()}")
+    sids, turns = dataset(args.sessions, turns_per)
+    n_turns = len(sids) * turns_per
+    print(f"\nappends: {len(sids)} concurrent sessions x {turns_per} turns = {n_turns} turns "
+          f"of 3 events (answers of {len(ANSWER)} chars); WAL, synchronous={sync}; "
+          f"median of {repeat}")
+    with tempfile.TemporaryDirectory() as d:
+        es_sync = es_synchronous(Path(d) / "probe.db")
+
+    groups: list[Any] = []
+
+    def group_run(p: Path) -> float:
+        elapsed, counts = store_appends(p, sids, turns, True, sync)
+        groups.append(counts)
+        return elapsed
+
+    results = {
+        "group": median_of(repeat, group_run),
+        "per-append": median_of(repeat, lambda p: store_appends(p, sids, turns, False, sync)[0]),
+        "bare": median_of(repeat, lambda p: bare_appends(p, sids, turns, sync)),
+        "eventsourcing": median_of(repeat, lambda p: es_appends(p, sids, turns)),
+    }
+    rate = {k: n_turns / v for k, v in results.items()}
+    for name, r in rate.items():
+        note = ""
+        if name == "group":
+            tx, appends = groups[len(groups) // 2]
+            note = f"  ({appends} appends in {tx} transactions in the middle run)"
+        if name == "eventsourcing":
+            note = f"  (its default synchronous: {es_sync})"
+        per_turn = results[name] * 1e6 / n_turns
+        print(f"  {name:14s} {r:10,.0f} turns/s  {per_turn:8.1f} µs/turn{note}")
+    print(f"  group / bare          {rate['group'] / rate['bare']:6.2f}x   (goal >= 0.5x)")
+    print(f"  group / per-append    {rate['group'] / rate['per-append']:6.2f}x")
+    print(f"  group / eventsourcing {rate['group'] / rate['eventsourcing']:6.2f}x   (goal >= 3x)")
+    print(f"  eventsourcing / bare  {rate['eventsourcing'] / rate['bare']:6.2f}x")
+
+    rsids, rturns = dataset(replay_sessions, args.replay_turns)
+    n_events = replay_sessions * (1 + 3 * args.replay_turns)
+    print(f"\nreplay: {replay_sessions} sessions x {1 + 3 * args.replay_turns} events = "
+          f"{n_events} events, read session by session; median of {repeat}")
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "replay.db"
+        trio.run(_fill, path, rsids, rturns)
+        es_path = Path(d) / "es.db"
+        datastore, recorder = _es_recorder(es_path)
+        from eventsourcing.persistence import StoredEvent as ESEvent
+
+        for n, sid in enumerate(rsids):
+            batch = [session_started(sid)] + [e for t in rturns[n] for e in t]
+            recorder.insert_events(
+                [ESEvent(e.session_id, e.seq, e.tag, _DUMPS(e.payload).encode()) for e in batch]
+            )
+        datastore.close()
+
+        def med(fn: Callable[[], float]) -> float:
+            return statistics.median(fn() for _ in range(repeat))
+
+        rresults = {
+            "typed": med(lambda: typed_replay(path, rsids, False)),
+            "typed+fold": med(lambda: typed_replay(path, rsids, True)),
+            "bare": med(lambda: bare_replay(path, rsids)),
+            "eventsourcing": med(lambda: es_replay(es_path, rsids)),
+        }
+    rrate = {k: n_events / v for k, v in rresults.items()}
+    for name, r in rrate.items():
+        print(f"  {name:14s} {r:10,.0f} events/s  {rresults[name] * 1e6 / n_events:6.2f} µs/event")
+    print(f"  typed / bare          {rrate['typed'] / rrate['bare']:6.2f}x   (goal >= 1x)")
+    print(f"  typed+fold / bare     {rrate['typed+fold'] / rrate['bare']:6.2f}x")
+    print(f"  eventsourcing / bare  {rrate['eventsourcing'] / rrate['bare']:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

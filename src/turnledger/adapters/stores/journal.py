@@ -1,0 +1,519 @@
+"""A file journal: one JSON object per line, checksummed, locked, capped.
+
+Each line is one event, readable by people and by ``jq``::
+
+    {"position":1,"session_id":"s-1","seq":1,"batch_end":1,"tag":"session_started",
+     "schema_version":2,"recorded_at":1700000000.0,"payload":{...},"crc32":"6f1d0c2a"}
+
+- ``position`` is the line number (the global feed order).
+- ``batch_end`` is the ``seq`` of the last event of the append the line came
+  from: an append is written as consecutive lines, and it is complete when the
+  line whose ``seq`` equals ``batch_end`` is there.
+- ``crc32`` is the CRC-32 (zlib) of the line's UTF-8 bytes with the
+  ``,"crc32":"…"`` member removed, as 8 lowercase hex digits; it is always the
+  last member, so the line without it is ``line[:-20] + "}"``.
+
+Writing. An append is one ``write`` of all its lines followed by
+``fdatasync`` (``fsync`` where that is missing); the caller is told only
+after it returned. A write or sync that fails is cut back off the file, so a
+store error never leaves half a batch. A size cap (``max_bytes``) refuses an
+append that would grow the file beyond it, before anything is written.
+
+Locking. The writer holds ``fcntl.flock`` on ``<journal>.lock`` (which holds
+its pid) for as long as the store is open; a second opener, in this process or
+another, gets :class:`~turnledger.StoreUnavailable` naming that pid. The lock
+dies with the process. The lock file is left in place on close (removing it
+would race with the next opener).
+
+Recovery on open. A crash can leave the end of the file torn: a last line
+without its newline, with bad JSON or a bad checksum, or the lines of an append
+that was not written whole. That tail was never reported as written; it is cut
+off (with a warning on the structlog logger). Any damage before the tail is
+:class:`~turnledger.StoreCorrupted`, naming the line, and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import structlog
+import trio
+
+from ..._errors import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFull, StoreUnavailable
+from ...events import StoredEvent
+from ._json import check_envelope, dumps_payload, fast_loads, has_float, loads_payload
+from .memory import check_batch
+
+__all__ = ["DEFAULT_MAX_BYTES", "JournalStore"]
+
+#: Default size cap of a journal file (64 MiB).
+DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
+
+_KEYS: Final = frozenset(
+    {
+        "position",
+        "session_id",
+        "seq",
+        "batch_end",
+        "tag",
+        "schema_version",
+        "recorded_at",
+        "payload",
+    }
+)
+_CRC_PREFIX: Final = b',"crc32":"'
+_CRC_LEN: Final = 20  # len(',"crc32":"xxxxxxxx"}')
+_HEX: Final = frozenset(b"0123456789abcdef")
+_FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+_sync = getattr(os, "fdatasync", os.fsync)
+_dumps_str = json.JSONEncoder(ensure_ascii=False).encode
+_dumps_str_ascii = json.JSONEncoder(ensure_ascii=True).encode
+
+
+class _Damaged(Exception):
+    pass
+
+
+@attrs.frozen
+class _Scan:
+    events: list[StoredEvent]
+    #: Bytes of the file that hold whole, valid appends.
+    good_bytes: int
+    #: Why the tail beyond ``good_bytes`` is cut, if there is one.
+    torn: str | None
+    #: First line number of the torn tail.
+    torn_line: int
+
+
+def _parse_line(line: bytes) -> tuple[dict[str, Any], int]:
+    if len(line) <= _CRC_LEN or line[-_CRC_LEN:-10] != _CRC_PREFIX or line[-2:] != b'"}':
+        raise _Damaged("no crc32 member at the end")
+    crc_hex = line[-10:-2]
+    if not set(crc_hex) <= _HEX:
+        raise _Damaged("crc32 is not 8 lowercase hex digits")
+    body = line[:-_CRC_LEN] + b"}"
+    if zlib.crc32(body) != int(crc_hex, 16):
+        raise _Damaged("checksum mismatch")
+    try:
+        obj: Any = None
+        if fast_loads is not None:
+            try:
+                obj = fast_loads(body)
+            except ValueError:
+                obj = None
+        if type(obj) is not dict or has_float(obj.get("payload")):
+            obj = json.loads(body)
+    except ValueError as exc:
+        raise _Damaged(f"not JSON: {exc}") from exc
+    if type(obj) is not dict or obj.keys() != _KEYS:
+        raise _Damaged("not an event record")
+    for key in ("position", "seq", "batch_end", "schema_version"):
+        if type(obj[key]) is not int:
+            raise _Damaged(f"{key} is not an integer")
+    for key in ("session_id", "tag"):
+        if type(obj[key]) is not str:
+            raise _Damaged(f"{key} is not a string")
+    if type(obj["recorded_at"]) not in (int, float):
+        raise _Damaged("recorded_at is not a number")
+    if type(obj["payload"]) is not dict:
+        raise _Damaged("payload is not an object")
+    return obj, obj["batch_end"]
+
+
+def _scan(path: Path, data: bytes) -> _Scan:
+    """Check every line; find the torn tail. Raises StoreCorrupted for damage
+    anywhere else."""
+    lines = data.split(b"\n")
+    complete, rest = lines[:-1], lines[-1]
+    events: list[StoredEvent] = []
+    versions: dict[str, int] = {}
+    offset = 0
+    good_bytes = 0  # end of the last complete append
+    good_count = 0
+    batch_start_line = 0  # first line of the append being read (0: none open)
+    batch_end = 0
+    torn: str | None = None
+
+    def corrupted(lineno: int, why: str) -> StoreCorrupted:
+        return StoreCorrupted(
+            f"{path}: line {lineno} is damaged ({why}); nothing was changed. "
+            "Restore the file from a backup or repair that line by hand."
+        )
+
+    for lineno, line in enumerate(complete, start=1):
+        try:
+            obj, end = _parse_line(line)
+        except _Damaged as exc:
+            if lineno == len(complete) and not rest:
+                torn = f"the last line is damaged ({exc})"
+                break
+            raise corrupted(lineno, str(exc)) from None
+        sid, seq = obj["session_id"], obj["seq"]
+        if obj["position"] != lineno:
+            raise corrupted(lineno, f"position {obj['position']} on line {lineno}")
+        if batch_start_line:
+            if sid != events[-1].session_id or end != batch_end:
+                raise corrupted(lineno, "an append starts before the previous one ended")
+        elif not 1 <= seq <= end:
+            raise corrupted(lineno, f"seq {seq} does not fit batch_end {end}")
+        if seq != versions.get(sid, 0) + 1:
+            raise corrupted(lineno, f"seq {seq} of {sid!r} follows {versions.get(sid, 0)}")
+        versions[sid] = seq
+        events.append(
+            StoredEvent(
+                sid,
+                seq,
+                obj["tag"],
+                obj["schema_version"],
+                obj["payload"],
+                float(obj["recorded_at"]),
+                lineno,
+            )
+        )
+        offset += len(line) + 1
+        if seq == end:
+            batch_start_line = 0
+            good_bytes = offset
+            good_count = len(events)
+        else:
+            if not batch_start_line:
+                batch_start_line = lineno
+            batch_end = end
+    else:
+        if rest:
+            torn = "the last line has no newline"
+    if batch_start_line and torn is None:
+        torn = f"the append starting on line {batch_start_line} is incomplete"
+    torn_line = good_count + 1
+    return _Scan(events[:good_count], good_bytes, torn, torn_line)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _lock(lock_path: Path, journal: Path) -> int:
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise StoreUnavailable(f"{journal}: cannot open the lock file {lock_path}: {exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        try:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+        finally:
+            os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise StoreUnavailable(
+                f"{journal} is locked by another writer (pid {holder}, lock file {lock_path}); "
+                "close that process first, or open the journal read-only"
+            ) from exc
+        raise StoreUnavailable(f"{journal}: cannot lock {lock_path}: {exc}") from exc
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:  # the pid is informative only; the lock is what counts
+        pass
+    return fd
+
+
+def _record(
+    ev: StoredEvent,
+    position: int,
+    batch_end: int,
+    recorded_at: str,
+    payload_text: str,
+    dumps: Callable[[str], str],
+) -> bytes:
+    return (
+        f'{{"position":{position},"session_id":{dumps(ev.session_id)},"seq":{ev.seq},'
+        f'"batch_end":{batch_end},"tag":{dumps(ev.tag)},"schema_version":{ev.schema_version},'
+        f'"recorded_at":{recorded_at},"payload":{payload_text}}}'
+    ).encode()
+
+
+def _map_os_error(exc: OSError, msg: str) -> StoreError:
+    if exc.errno in _FULL_ERRNOS:
+        return StoreFull(f"{msg}: {exc}")
+    return StoreUnavailable(f"{msg}: {exc}")
+
+
+@attrs.define
+class _Opened:
+    fd: int
+    lock_fd: int | None
+    size: int
+    scan: _Scan
+
+
+def _open_files(path: Path, read_only: bool) -> _Opened:
+    lock_fd = None if read_only else _lock(path.with_name(path.name + ".lock"), path)
+    try:
+        created = not path.exists()
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | os.O_APPEND
+        try:
+            fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StoreUnavailable(f"{path}: cannot open the journal: {exc}") from exc
+        try:
+            if created:
+                _fsync_dir(path.parent)
+            scan = _scan(path, _read_all(fd))
+            size = scan.good_bytes
+            if scan.torn is not None and not read_only:
+                os.ftruncate(fd, scan.good_bytes)
+                os.fsync(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise StoreUnavailable(f"{path}: cannot read the journal: {exc}") from exc
+        except BaseException:
+            os.close(fd)
+            raise
+    except BaseException:
+        if lock_fd is not None:
+            os.close(lock_fd)
+        raise
+    return _Opened(fd, lock_fd, size, scan)
+
+
+class JournalStore:
+    """An :class:`~turnledger.events.EventStore` in one JSON-lines file.
+
+    Meant for a single process that wants a log people can read with ``jq``,
+    grep and diff. Everything read is served from memory (loaded on open), so
+    the size cap also bounds memory; SQLite is the store for large logs.
+    """
+
+    def __init__(self, path: Path, opened: _Opened, max_bytes: int | None, fsync: bool,
+                 read_only: bool) -> None:
+        # Private: use ``await JournalStore.open(path)``.
+        self._path = path
+        self._fd: int | None = opened.fd
+        self._lock_fd = opened.lock_fd
+        self._size = opened.size
+        self._max_bytes = max_bytes
+        self._fsync = fsync
+        self._read_only = read_only
+        self._feed: list[StoredEvent] = []
+        self._streams: dict[str, list[StoredEvent]] = {}
+        self._write_lock = trio.Lock()
+        self._broken: str | None = None
+        for ev in opened.scan.events:
+            self._index(ev)
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        fsync: bool = True,
+        read_only: bool = False,
+    ) -> JournalStore:
+        """Open (creating if needed) the journal ``path`` and load it.
+
+        Args:
+            max_bytes: size cap of the file; ``None`` for none.
+            fsync: sync every append to disk before returning (turn off only
+                for tests and throwaway logs).
+            read_only: neither lock nor change the file: a snapshot of it as
+                it is now (a torn tail is skipped, not cut). Appends raise.
+
+        Raises:
+            StoreUnavailable: the file cannot be opened, or another writer
+                holds its lock (the message names its pid).
+            StoreCorrupted: a line before the end is damaged; the message
+                names it and the file was not changed.
+        """
+        if max_bytes is not None and max_bytes < 0:
+            raise ValueError("max_bytes must be positive or None")
+        p = Path(path)
+        opened = await trio.to_thread.run_sync(_open_files, p, read_only)
+        scan = opened.scan
+        if scan.torn is not None:
+            structlog.get_logger(__name__).warning(
+                "journal_torn_tail_cut" if not read_only else "journal_torn_tail_skipped",
+                path=str(p),
+                line=scan.torn_line,
+                reason=scan.torn,
+                kept_bytes=scan.good_bytes,
+                kept_events=len(scan.events),
+            )
+        return cls(p, opened, max_bytes, fsync, read_only)
+
+    @property
+    def path(self) -> Path:
+        """The journal file."""
+        return self._path
+
+    @property
+    def size(self) -> int:
+        """Bytes in the journal file."""
+        return self._size
+
+    def _index(self, ev: StoredEvent) -> None:
+        self._feed.append(ev)
+        self._streams.setdefault(ev.session_id, []).append(ev)
+
+    def _check_open(self) -> None:
+        if self._fd is None:
+            raise StoreError(f"{self._path}: the store is closed")
+
+    def _encode(self, ev: StoredEvent, position: int, batch_end: int) -> tuple[bytes, Any]:
+        payload_text = dumps_payload(ev.payload)
+        recorded_at = float.__repr__(check_envelope(ev))
+        try:
+            body = _record(ev, position, batch_end, recorded_at, payload_text, _dumps_str)
+        except UnicodeEncodeError:  # a lone surrogate in the session id or tag
+            body = _record(ev, position, batch_end, recorded_at, payload_text, _dumps_str_ascii)
+        line = body[:-1] + b',"crc32":"%08x"}\n' % zlib.crc32(body)
+        return line, loads_payload(payload_text)
+
+    async def append(
+        self, session_id: str, events: Sequence[StoredEvent], expected_version: int
+    ) -> int:
+        """Append ``events`` after ``expected_version``: one write, one sync.
+
+        Raises:
+            ConcurrencyConflict: the stream is not at ``expected_version``.
+            StoreFull: the size cap (or the disk) refuses the append; the file
+                is byte for byte as before.
+            StoreUnavailable: writing or syncing failed (what was written was
+                cut off again), or the store is read-only.
+            StoreError: a payload is not JSON-able; nothing was written.
+
+        Cancellation: once the write started it is not interrupted; a
+        cancelled append either wrote the whole batch or nothing.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        if self._read_only:
+            raise StoreUnavailable(f"{self._path}: opened read-only")
+        if not events:
+            return expected_version
+        check_batch(session_id, events, expected_version)
+        async with self._write_lock:
+            self._check_open()
+            if self._broken is not None:
+                raise StoreUnavailable(f"{self._path}: {self._broken}; reopen the store")
+            current = len(self._streams.get(session_id, ()))
+            if current != expected_version:
+                raise ConcurrencyConflict(session_id, expected_version, current)
+            position = len(self._feed)
+            end = expected_version + len(events)
+            encoded = [self._encode(ev, position + i, end) for i, ev in enumerate(events, 1)]
+            data = b"".join(line for line, _ in encoded)
+            if self._max_bytes is not None and self._size + len(data) > self._max_bytes:
+                raise StoreFull(
+                    f"{self._path}: appending {len(data)} bytes would grow the journal to "
+                    f"{self._size + len(data)} bytes, over its cap of {self._max_bytes}; "
+                    "nothing was written"
+                )
+            await trio.to_thread.run_sync(self._write, data)
+            for (_, payload), ev, pos in zip(
+                encoded, events, range(position + 1, position + 1 + len(events)), strict=True
+            ):
+                self._index(
+                    StoredEvent(
+                        session_id, ev.seq, ev.tag, ev.schema_version, payload,
+                        float(ev.recorded_at), pos,
+                    )
+                )
+            return end
+
+    def _write(self, data: bytes) -> None:
+        fd = self._fd
+        assert fd is not None
+        start = self._size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self._fsync:
+                _sync(fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            except OSError as exc2:
+                self._broken = f"a failed append could not be cut off ({exc2})"
+            raise _map_os_error(exc, f"{self._path}: the append was not written") from exc
+        self._size = start + len(data)
+
+    async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
+        """Events of ``session_id`` with ``seq > after``, in order (from memory)."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return self._streams.get(session_id, [])[max(after, 0) :]
+
+    async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        """The global feed: events with ``position > after`` (positions are line numbers)."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        start = max(after, 0)
+        return self._feed[start:] if limit is None else self._feed[start : start + limit]
+
+    async def session_ids(self) -> list[str]:
+        """Every session with at least one event, in order of first event."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return list(self._streams)
+
+    async def acquire(self, session_id: str) -> None:
+        """No-op: the file lock already makes this process the only writer."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+
+    async def release(self, session_id: str) -> None:
+        """No-op (see :meth:`acquire`)."""
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        """Close the file and release the lock. Idempotent."""
+        with trio.CancelScope(shield=True):
+            async with self._write_lock:  # let a write in progress finish
+                self._close_files()
+
+    def _close_files(self) -> None:
+        fd, self._fd = self._fd, None
+        lock_fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)
+        if lock_fd is not None:
+            os.close(lock_fd)  # releases the flock
+
+    async def __aenter__(self) -> JournalStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -1,0 +1,249 @@
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import turnledger
+from turnledger import ConcurrencyConflict, SessionOwnedElsewhere, StoreUnavailable
+from turnledger.adapters.stores import PostgresStore
+from turnledger.adapters.stores.postgres import SCHEMA_VERSION
+from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
+from turnledger.testing import EventStoreContract, sample_events
+
+pytestmark = pytest.mark.postgres
+
+
+class TestPostgresStore(EventStoreContract):
+    supports_reopen = True
+    dsn = ""
+
+    @pytest.fixture(autouse=True)
+    def _dsn(self, pg_dsn: str) -> None:
+        # On the class: pytest-trio runs the contract's async `store` fixture
+        # with another instance than the test's.
+        type(self).dsn = pg_dsn
+
+    async def open_store(self, path: Path) -> EventStore:
+        return await PostgresStore.open(self.dsn)
+
+
+def _events(session_id: str, after: int, n: int = 3) -> list[StoredEvent]:
+    return [
+        DEFAULT_CODEC.encode(
+            StreamStarted(RequestId(f"{session_id}/{after + i}")),
+            session_id=session_id,
+            seq=after + i,
+            recorded_at=1.7e9 + after + i,
+        )
+        for i in range(1, n + 1)
+    ]
+
+
+@pytest.fixture
+async def two_stores(pg_dsn: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    a = await PostgresStore.open(pg_dsn)
+    b = await PostgresStore.open(pg_dsn)
+    try:
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+def _sql(dsn: str, query: str, *args: object) -> list[tuple[object, ...]]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(query, args)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []
+
+
+async def test_payloads_are_jsonb_and_nul_is_kept_exactly(pg_dsn: str) -> None:
+    store = await PostgresStore.open(pg_dsn)
+    try:
+        batch = [
+            DEFAULT_CODEC.encode(e, session_id="s", seq=i, recorded_at=1.7e9)
+            for i, e in enumerate(sample_events(), 1)
+        ]
+        await store.append("s", batch, 0)
+        assert await store.read("s") == batch
+    finally:
+        await store.aclose()
+    rows = _sql(
+        pg_dsn,
+        "SELECT tag, payload->>'request_id', payload_text IS NOT NULL,"
+        " position(chr(65533) IN payload::text) > 0 FROM turnledger_events ORDER BY seq",
+    )
+    by_tag = {tag: (rid, exact, replaced) for tag, rid, exact, replaced in rows}
+    # Queryable as jsonb ...
+    assert by_tag["stream_started"] == ("r-1", False, False)
+    assert by_tag["completion_ignored"] == ("r-2", False, False)
+    # ... and where jsonb cannot hold U+0000, the exact text is kept beside it.
+    assert by_tag["turn_committed"] == ("r-1", True, True)
+
+
+async def test_one_owner_per_session(two_stores: tuple[PostgresStore, PostgresStore]) -> None:
+    a, b = two_stores
+    await a.acquire("s")
+    await a.acquire("s")  # again: a no-op
+    with pytest.raises(SessionOwnedElsewhere, match=f"turnledger pid={os.getpid()}"):
+        await b.acquire("s")
+    await b.acquire("t")  # other sessions are free
+    # Ownership does not replace optimistic concurrency: both still guard.
+    assert await a.append("s", _events("s", 0), 0) == 3
+    with pytest.raises(ConcurrencyConflict):
+        await a.append("s", _events("s", 0), 0)
+    await a.release("s")
+    await b.acquire("s")
+    assert await b.append("s", _events("s", 3), 3) == 6
+    with pytest.raises(SessionOwnedElsewhere):
+        await a.acquire("s")
+
+
+async def test_closing_the_store_releases_its_sessions(pg_dsn: str) -> None:
+    a = await PostgresStore.open(pg_dsn)
+    b = await PostgresStore.open(pg_dsn)
+    try:
+        await a.acquire("s")
+        await a.acquire("t")
+        await a.aclose()
+        await b.acquire("s")
+        await b.acquire("t")
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_store_that_lost_its_lock_cannot_append(
+    two_stores: tuple[PostgresStore, PostgresStore], pg_dsn: str
+) -> None:
+    a, b = two_stores
+    await a.acquire("s")
+    assert await a.append("s", _events("s", 0), 0) == 3
+    # The server drops a's lock connection (an admin, a network cut ...).
+    _sql(
+        pg_dsn,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name = %s AND pid IN"
+        " (SELECT pid FROM pg_locks WHERE locktype = 'advisory')",
+        f"turnledger pid={os.getpid()} host={os.uname().nodename}"[:63],
+    )
+    await b.acquire("s")
+    with pytest.raises(SessionOwnedElsewhere, match="lost its lock"):
+        await a.append("s", _events("s", 3), 3)
+    assert await b.append("s", _events("s", 3), 3) == 6
+
+
+async def test_newer_schema_is_refused(pg_dsn: str) -> None:
+    await (await PostgresStore.open(pg_dsn)).aclose()
+    _sql(pg_dsn, "UPDATE turnledger_events_meta SET value = %s", str(SCHEMA_VERSION + 1))
+    with pytest.raises(StoreUnavailable, match="newer turnledger"):
+        await PostgresStore.open(pg_dsn)
+
+
+async def test_unreachable_server_is_unavailable() -> None:
+    with pytest.raises(StoreUnavailable):
+        await PostgresStore.open("postgresql://postgres@127.0.0.1:1/test", timeout=2)
+
+
+async def test_table_name_is_configurable(pg_dsn: str) -> None:
+    store = await PostgresStore.open(pg_dsn, table="other_events")
+    try:
+        await store.append("s", _events("s", 0), 0)
+    finally:
+        await store.aclose()
+    assert _sql(pg_dsn, "SELECT count(*) FROM other_events") == [(3,)]
+
+
+# --- two processes ------------------------------------------------------------
+
+_HUB = """
+import sys, trio
+from turnledger import SessionOwnedElsewhere
+from turnledger.adapters.stores import PostgresStore
+from turnledger.events import DEFAULT_CODEC, RequestId, StreamStarted
+
+async def main(dsn, sid):
+    store = await PostgresStore.open(dsn)
+    try:
+        await store.acquire(sid)
+    except SessionOwnedElsewhere as exc:
+        print("elsewhere", exc, flush=True)
+        await trio.to_thread.run_sync(sys.stdin.readline)  # told to take over
+        with trio.fail_after(20):
+            while True:
+                try:
+                    await store.acquire(sid)
+                    break
+                except SessionOwnedElsewhere:
+                    await trio.sleep(0.05)
+        events = await store.read(sid)
+        print("took-over", len(events), flush=True)
+        await store.aclose()
+        return
+    print("owner", flush=True)
+    for n in range(4):
+        batch = [
+            DEFAULT_CODEC.encode(StreamStarted(RequestId(f"r{n}-{i}")), session_id=sid,
+                                 seq=3 * n + i, recorded_at=1.7e9)
+            for i in (1, 2, 3)
+        ]
+        await store.append(sid, batch, 3 * n)
+    print("appended", 12, flush=True)
+    await trio.to_thread.run_sync(sys.stdin.readline)  # told to exit
+    import os
+    os._exit(0)  # die without closing anything: the server must free the session
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+def _spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
+    src = str(Path(turnledger.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
+    )
+
+
+def _readline(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+            raise AssertionError(f"no line from the child within {timeout}s (got {line!r})")
+        chunk = os.read(proc.stdout.fileno(), 1)
+        if not chunk:
+            raise AssertionError(f"the child exited (got {line!r}, code {proc.wait()})")
+        line += chunk
+    return line.decode().strip()
+
+
+def test_two_processes_one_session(pg_dsn: str) -> None:
+    procs = [_spawn(_HUB, pg_dsn, "shared"), _spawn(_HUB, pg_dsn, "shared")]
+    try:
+        first = [_readline(p) for p in procs]
+        assert sorted(line.split()[0] for line in first) == ["elsewhere", "owner"]
+        owner, other = procs if first[0] == "owner" else procs[::-1]
+        refusal = first[procs.index(other)]
+        assert f"turnledger pid={owner.pid}" in refusal  # names the holder
+        assert _readline(owner) == "appended 12"
+        assert owner.stdin is not None and other.stdin is not None
+        owner.stdin.write(b"exit\n")
+        assert owner.wait(timeout=30) == 0
+        other.stdin.write(b"go\n")
+        assert _readline(other) == "took-over 12"
+        assert other.wait(timeout=30) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
