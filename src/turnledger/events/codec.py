@@ -192,7 +192,7 @@ def _fast_structurer(cls: type[Any]) -> _Check:
             lines.append(f"    if {_condition(tp, var, env)}: raise _Slow")
         args.append(var)
     lines += ["    if n != len(p): raise _Slow", f"    return _cls({', '.join(args)})"]
-    exec("\n".join(lines), env)  # noqa: S102 - generated from our own class definitions
+    exec("\n".join(lines), env)  # generated from our own class definitions only
     structure: _Check = env["structure"]
     return structure
 
