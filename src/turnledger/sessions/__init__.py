@@ -5,6 +5,7 @@ request encoder) imports no trio, httpx, sqlite3 or structlog.
 """
 
 from ._history import History, Outcome, Outcomes, Turn
+from ._hub import Hub, HubStatistics, TurnHandle, open_hub
 from ._machine import (
     EVENT_TRANSITIONS,
     TRANSITIONS,
@@ -38,6 +39,7 @@ from ._messages import (
 from ._ports import ChatRequest, Completion, Provider, StreamSink
 from ._projection import Budget, Plan, build_messages, naive_plan, plan
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, Role
+from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult
 
 __all__ = [
     "EVENT_TRANSITIONS",
@@ -47,12 +49,16 @@ __all__ = [
     "ChatMessage",
     "ChatRequest",
     "Committed",
+    "CommittedResult",
     "Completed",
     "Completion",
     "Discarded",
+    "DiscardedResult",
     "Failed",
     "Failure",
     "History",
+    "Hub",
+    "HubStatistics",
     "Idle",
     "InFlight",
     "Interrupt",
@@ -63,6 +69,7 @@ __all__ = [
     "Pending",
     "Plan",
     "Provider",
+    "RejectedResult",
     "RequestEncoder",
     "ResponseStarted",
     "Role",
@@ -73,12 +80,15 @@ __all__ = [
     "Submit",
     "Timeout",
     "Turn",
+    "TurnHandle",
+    "TurnResult",
     "build_messages",
     "decide",
     "evolve",
     "initial_state",
     "is_in_flight",
     "naive_plan",
+    "open_hub",
     "outcome_of",
     "plan",
     "replay",

@@ -461,6 +461,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         )
         return Pending(**{**base, "last_request_id": event.request_id}, request=req)
     if isinstance(event, TurnRejected):
+        if event.request_id in state.outcomes or event.request_id == _current(state):
+            raise ReplayError(f"request {event.request_id!r} rejected after it was seen")
         base["outcomes"] = state.outcomes.record(
             event.request_id, Outcome("rejected", event.reason, event.detail)
         )

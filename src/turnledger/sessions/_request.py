@@ -68,6 +68,10 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def _copy_mapping(m: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(m)
+
+
 @attrs.frozen
 class JsonChatEncoder:
     """The body of an OpenAI-compatible ``/v1/chat/completions`` request
@@ -85,7 +89,7 @@ class JsonChatEncoder:
     """
 
     stream: bool = True
-    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda m: dict(m))
+    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_copy_mapping)
     _suffix: bytes = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

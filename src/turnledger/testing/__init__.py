@@ -1,10 +1,83 @@
 """What users need to test code built on turnledger.
 
+- :class:`ScriptedProvider` and its steps: an in-process provider that plays a
+  script per request, so tests can force every race.
+- :class:`LoopbackServer` / :func:`open_loopback_server`: a real HTTP/1.1
+  server on 127.0.0.1 that speaks the OpenAI SSE and Ollama NDJSON protocols
+  from a script, faults included, with reply builders. In a :class:`Reply`
+  body, :class:`WritePause` pauses the writes, :class:`Stall` stops writing
+  and keeps the connection open, :class:`Abort` closes it.
 - :class:`EventStoreContract`: the contract suite every event store passes.
-- :class:`~turnledger.adapters.stores.MemoryStore`: the in-memory store.
+- :class:`MemoryStore`: the in-memory store.
 """
 
 from ..adapters.stores.memory import MemoryStore
 from ._contract import EventStoreContract, sample_events
+from ._loopback import (
+    Abort,
+    Exchange,
+    LoopbackServer,
+    Reply,
+    chat_responder,
+    error_reply,
+    ollama_json_reply,
+    ollama_ndjson_lines,
+    ollama_stream_reply,
+    open_loopback_server,
+    openai_error_event,
+    openai_json_reply,
+    openai_sse_chunks,
+    openai_stream_reply,
+    sse_event,
+)
+from ._loopback import Hang as Stall
+from ._loopback import Pause as WritePause
+from ._scripted import (
+    Begin,
+    Chunk,
+    Fail,
+    Finish,
+    Hang,
+    Hook,
+    InSequence,
+    Pause,
+    Script,
+    ScriptedProvider,
+    Step,
+    echo_script,
+)
 
-__all__ = ["EventStoreContract", "MemoryStore", "sample_events"]
+__all__ = [
+    "Abort",
+    "Begin",
+    "Chunk",
+    "EventStoreContract",
+    "Exchange",
+    "Fail",
+    "Finish",
+    "Hang",
+    "Hook",
+    "InSequence",
+    "LoopbackServer",
+    "MemoryStore",
+    "Pause",
+    "Reply",
+    "Script",
+    "ScriptedProvider",
+    "Stall",
+    "Step",
+    "WritePause",
+    "chat_responder",
+    "echo_script",
+    "error_reply",
+    "ollama_json_reply",
+    "ollama_ndjson_lines",
+    "ollama_stream_reply",
+    "open_loopback_server",
+    "openai_error_event",
+    "openai_json_reply",
+    "openai_sse_chunks",
+    "openai_stream_reply",
+    "sample_events",
+    "sse_event",
+]

@@ -1,1 +1,77 @@
-"""Provider adapters over httpx."""
+"""Provider adapters: chat models behind HTTP, through a strict streaming boundary.
+
+Layers, each pure and separately usable (they import no trio, httpx or
+structlog)::
+
+    bytes --Utf8Decoder--> text --SSEDecoder / NDJSONDecoder--> frames
+          --loads_strict--> JSON --OpenAIChunkValidator / OllamaLineValidator--> turn
+
+``OpenAIStreamDecoder`` and ``OllamaStreamDecoder`` compose them (bytes in,
+preview text out, a ``Completion`` or a typed error at the end). The httpx
+providers, :class:`OpenAIChat` and :class:`OllamaChat`, are imported lazily
+so that importing a pure layer does not import httpx.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._json import loads_strict
+from ._limits import StreamLimits
+from ._ndjson import NDJSONDecoder
+from ._ollama_chunks import OllamaLineValidator, OllamaResponseDecoder, OllamaStreamDecoder
+from ._openai_chunks import (
+    OpenAIChunkValidator,
+    OpenAIResponseDecoder,
+    OpenAIStreamDecoder,
+    parse_openai_completion,
+)
+from ._retry import RetryPolicy, parse_retry_after
+from ._sse import ServerSentEvent, SSEDecoder
+from ._stream import ResponseDecoder
+from ._utf8 import Utf8Decoder
+
+if TYPE_CHECKING:
+    from ._http import map_httpx_error
+    from .ollama import OllamaChat
+    from .openai import OpenAIChat
+
+__all__ = [
+    "NDJSONDecoder",
+    "OllamaChat",
+    "OllamaLineValidator",
+    "OllamaResponseDecoder",
+    "OllamaStreamDecoder",
+    "OpenAIChat",
+    "OpenAIChunkValidator",
+    "OpenAIResponseDecoder",
+    "OpenAIStreamDecoder",
+    "ResponseDecoder",
+    "RetryPolicy",
+    "SSEDecoder",
+    "ServerSentEvent",
+    "StreamLimits",
+    "Utf8Decoder",
+    "loads_strict",
+    "map_httpx_error",
+    "parse_openai_completion",
+    "parse_retry_after",
+]
+
+_LAZY = {
+    "OpenAIChat": ".openai",
+    "OllamaChat": ".ollama",
+    "map_httpx_error": "._http",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

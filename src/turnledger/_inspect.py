@@ -1,0 +1,136 @@
+"""Reading a stored log back: replay at a point, and the event timeline.
+
+Used by the command line (``turnledger replay`` / ``turnledger log`` /
+``turnledger sessions``); pure functions over stored envelopes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from .events import (
+    DEFAULT_CODEC,
+    CompletionIgnored,
+    Event,
+    StoredEvent,
+    TurnCommitted,
+    TurnDiscarded,
+    TurnRejected,
+    TurnSubmitted,
+)
+from .sessions import SessionState, evolve, initial_state
+
+__all__ = ["TimelineRow", "phase_name", "replay_stored", "session_summary", "timeline"]
+
+
+def phase_name(state: SessionState) -> str:
+    return type(state).__name__.lower()
+
+
+def replay_stored(stored: Iterable[StoredEvent], at: int | None = None) -> SessionState:
+    """Fold stored events (decoding each) up to and including ``seq == at``."""
+    state: SessionState = initial_state()
+    for env in stored:
+        if at is not None and env.seq > at:
+            break
+        state = evolve(state, DEFAULT_CODEC.decode(env))
+    return state
+
+
+@attrs.frozen
+class TimelineRow:
+    """One line of ``turnledger log``."""
+
+    session_id: str
+    seq: int
+    recorded_at: float
+    request_id: str | None
+    event: str
+    phase_from: str
+    phase_to: str
+    reason: str
+    detail: str
+    #: For an ignored late completion: seconds after its turn had ended.
+    late_by: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def _reason(event: Event) -> tuple[str, str]:
+    if isinstance(event, TurnDiscarded | TurnRejected):
+        return event.reason, event.detail
+    if isinstance(event, TurnCommitted):
+        return event.finish_reason, ""
+    if isinstance(event, CompletionIgnored):
+        return event.outcome, ""
+    if isinstance(event, TurnSubmitted):
+        return "", (
+            f"{event.turns_sent} turns sent, {event.turns_dropped} dropped, "
+            f"{event.request_bytes} bytes"
+        )
+    return "", ""
+
+
+def timeline(stored: Sequence[StoredEvent]) -> list[TimelineRow]:
+    """The timeline of one session's stored events, in order."""
+    rows: list[TimelineRow] = []
+    state: SessionState = initial_state()
+    ended_at: dict[str, float] = {}
+    for env in stored:
+        event = DEFAULT_CODEC.decode(env)
+        before = phase_name(state)
+        state = evolve(state, event)
+        rid = getattr(event, "request_id", None)
+        if isinstance(event, TurnCommitted | TurnDiscarded | TurnRejected):
+            ended_at[event.request_id] = env.recorded_at
+        late_by = None
+        if isinstance(event, CompletionIgnored) and event.request_id in ended_at:
+            late_by = max(0.0, env.recorded_at - ended_at[event.request_id])
+        reason, detail = _reason(event)
+        rows.append(
+            TimelineRow(
+                session_id=env.session_id,
+                seq=env.seq,
+                recorded_at=env.recorded_at,
+                request_id=rid,
+                event=env.tag,
+                phase_from=before,
+                phase_to=phase_name(state),
+                reason=reason,
+                detail=detail,
+                late_by=late_by,
+            )
+        )
+    return rows
+
+
+def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str, Any]:
+    """Turn counts and the last outcome of one session."""
+    state = replay_stored(stored)
+    last = None
+    counts = {"committed": 0, "discarded": 0, "rejected": 0, "ignored": 0}
+    for env in stored:
+        if env.tag == "turn_committed":
+            counts["committed"] += 1
+            last = "committed"
+        elif env.tag == "turn_discarded":
+            counts["discarded"] += 1
+            last = f"discarded ({env.payload.get('reason')})"
+        elif env.tag == "turn_rejected":
+            counts["rejected"] += 1
+            last = f"rejected ({env.payload.get('reason')})"
+        elif env.tag == "completion_ignored":
+            counts["ignored"] += 1
+    return {
+        "session_id": session_id,
+        "events": len(stored),
+        "turns": len(state.turns),
+        **counts,
+        "phase": phase_name(state),
+        "last_outcome": last,
+        "last_recorded_at": stored[-1].recorded_at if stored else None,
+    }

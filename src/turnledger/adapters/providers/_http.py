@@ -1,0 +1,249 @@
+"""The httpx shell shared by the chat providers.
+
+Sends one request (with the opt-in retry before the first byte), refuses a
+non-2xx status or a wrong media type before reading the body, feeds the body
+to a pure response decoder, delivers preview text to the sink, and maps every
+httpx failure to a discard reason at this boundary::
+
+    httpx.ConnectTimeout / ReadTimeout /
+      WriteTimeout / PoolTimeout          -> timeout       "connect timeout", ...
+    httpx.DecodingError                   -> malformed     (bad content encoding)
+    any other httpx.HTTPError             -> transport     "connect error", "read error", ...
+    status outside 2xx                    -> http_status   "HTTP 429"
+    wrong media type                      -> protocol
+
+Messages never contain the response body, the URL's query, or a header.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+import structlog
+import trio
+
+from ..._errors import DecodeError, ProviderError, StreamProtocolError
+from ...sessions._ports import ChatRequest, Completion, StreamSink
+from ._limits import StreamLimits
+from ._retry import RetryPolicy
+from ._stream import BodyDecoder, ResponseDecoder, _safe
+
+__all__ = ["ChatTransport", "Secret", "map_httpx_error"]
+
+logger = structlog.get_logger("turnledger.providers")
+
+_TIMEOUTS: Mapping[type[httpx.TimeoutException], str] = {
+    httpx.ConnectTimeout: "connect timeout",
+    httpx.ReadTimeout: "read timeout",
+    httpx.WriteTimeout: "write timeout",
+    httpx.PoolTimeout: "pool timeout",
+}
+_TRANSPORT: tuple[tuple[type[httpx.HTTPError], str], ...] = (
+    (httpx.ConnectError, "connect error"),
+    (httpx.ReadError, "read error"),
+    (httpx.WriteError, "write error"),
+    (httpx.CloseError, "close error"),
+    (httpx.RemoteProtocolError, "the server broke the HTTP exchange"),
+    (httpx.LocalProtocolError, "local HTTP protocol error"),
+    (httpx.ProxyError, "proxy error"),
+    (httpx.UnsupportedProtocol, "unsupported URL scheme"),
+    (httpx.TooManyRedirects, "too many redirects"),
+)
+# Failures after which the request surely did not reach the model.
+_RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def map_httpx_error(exc: httpx.HTTPError) -> ProviderError:
+    """The typed failure for an httpx error (the most specific class first)."""
+    if isinstance(exc, httpx.TimeoutException):
+        for timeout_cls, detail in _TIMEOUTS.items():
+            if isinstance(exc, timeout_cls):
+                return ProviderError(detail, reason="timeout")
+        return ProviderError("timeout", reason="timeout")
+    if isinstance(exc, httpx.DecodingError):
+        return DecodeError("the response's content encoding is invalid")
+    for cls, detail in _TRANSPORT:
+        if isinstance(exc, cls):
+            return ProviderError(detail, reason="transport")
+    return ProviderError("transport error", reason="transport")
+
+
+class Secret:
+    """A string that never shows itself in a repr, str or log line."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        msg = "a Secret cannot be pickled"
+        raise TypeError(msg)
+
+
+def media_type(response: httpx.Response) -> str:
+    value: str = response.headers.get("content-type", "")
+    return value.partition(";")[0].strip().lower()
+
+
+async def _drain(response: httpx.Response, cap: int) -> None:
+    # Read (and drop) a small error body so the connection may be reused;
+    # a bigger or slower one just closes the connection.
+    if cap <= 0:
+        return
+    seen = 0
+    with trio.move_on_after(1.0):
+        try:
+            async for chunk in response.aiter_raw():
+                seen += len(chunk)
+                if seen >= cap:
+                    return
+        except (httpx.HTTPError, httpx.StreamError):
+            return
+
+
+class ChatTransport:
+    """One endpoint: where to POST, with which headers, how to read the answer."""
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        url: str,
+        headers: Mapping[str, str],
+        api_key: Secret | None,
+        client: httpx.AsyncClient,
+        limits: StreamLimits,
+        retry: RetryPolicy | None,
+        read_size: int | None,
+    ) -> None:
+        if read_size is not None and read_size < 1:
+            msg = "read_size must be positive"
+            raise ValueError(msg)
+        parsed = httpx.URL(url)
+        self.provider = provider
+        self.url = url
+        self._where = {"host": parsed.host, "port": parsed.port, "path": parsed.path}
+        self._headers = dict(headers)
+        self._api_key = api_key
+        self._client = client
+        self._limits = limits
+        self._retry = retry
+        self._read_size = read_size
+        self._rng = random.Random()
+
+    async def post(
+        self,
+        request: ChatRequest,
+        body: bytes,
+        sink: StreamSink,
+        *,
+        media_types: tuple[str, ...],
+        decoder: Callable[[StreamLimits], ResponseDecoder],
+    ) -> Completion:
+        log = logger.bind(provider=self.provider, request_id=request.request_id)
+        headers = self._headers
+        if self._api_key is not None:
+            headers = {**headers, "Authorization": f"Bearer {self._api_key.reveal()}"}
+        attempt = 0
+        while True:
+            attempt += 1
+            log.debug("provider_request", attempt=attempt, request_bytes=len(body), **self._where)
+            retry_after: str | None = None
+            streaming = False
+            try:
+                async with self._client.stream(
+                    "POST", self.url, content=body, headers=headers
+                ) as response:
+                    status = response.status_code
+                    kind = media_type(response)
+                    log.debug(
+                        "provider_response",
+                        attempt=attempt,
+                        status=status,
+                        media_type=_safe(kind) or "(none or invalid)",
+                    )
+                    if not 200 <= status < 300:
+                        retry_after = response.headers.get("retry-after")
+                        await _drain(response, self._limits.max_error_body_bytes)
+                        failure = ProviderError(f"HTTP {status}", reason="http_status")
+                        if self._retry is None or status not in self._retry.statuses:
+                            raise failure
+                    elif kind not in media_types:
+                        raise StreamProtocolError(
+                            f"unexpected media type {_safe(kind) or '(none or invalid)'}, "
+                            f"expected {' or '.join(media_types)}"
+                        )
+                    else:
+                        streaming = True
+                        return await self._consume(response, sink, decoder(self._limits), log)
+            except httpx.HTTPError as exc:
+                failure = map_httpx_error(exc)
+                if streaming or self._retry is None or not isinstance(exc, _RETRYABLE):
+                    raise failure from exc
+            delay = self._retry.delay(
+                attempt, retry_after=retry_after, now=time.time(), uniform=self._rng.random()
+            )
+            if delay is None:
+                log.info(
+                    "provider_retries_exhausted",
+                    attempt=attempt,
+                    reason=failure.reason,
+                    detail=str(failure),
+                )
+                raise failure
+            log.info(
+                "provider_retry",
+                attempt=attempt,
+                delay=round(delay, 3),
+                reason=failure.reason,
+                detail=str(failure),
+            )
+            await trio.sleep(delay)
+
+    async def _consume(
+        self,
+        response: httpx.Response,
+        sink: StreamSink,
+        decoder: ResponseDecoder,
+        log: Any,
+    ) -> Completion:
+        await sink.started()
+        feed = decoder.feed
+        deliver = sink.delta
+        cap = self._read_size
+        async for data in response.aiter_bytes():
+            # read_size caps what the decoders get per call (1 and 7 bytes in
+            # the boundary tests); unlike aiter_bytes(chunk_size) it never
+            # holds bytes back waiting for a full chunk.
+            if cap is None or len(data) <= cap:
+                reads: Any = (data,)
+            else:
+                reads = (data[i : i + cap] for i in range(0, len(data), cap))
+            for chunk in reads:
+                for piece in feed(chunk):
+                    await deliver(piece)
+                if decoder.error is not None:
+                    raise decoder.error
+        completion = decoder.finish()
+        if isinstance(decoder, BodyDecoder) and completion.answer:
+            await deliver(completion.answer)
+        log.debug(
+            "provider_response_ended",
+            bytes=decoder.bytes_read,
+            answer_chars=len(completion.answer),
+            finish_reason=_safe(completion.finish_reason),
+        )
+        return completion

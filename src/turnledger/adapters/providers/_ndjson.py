@@ -1,0 +1,108 @@
+"""Text to NDJSON lines (Ollama's framing).
+
+Pure: imports no I/O library.
+
+Newline-delimited JSON (https://github.com/ndjson/ndjson-spec): each JSON
+text is followed by ``"\\n"``. A ``"\\r"`` before it is left on the line,
+where the JSON parser reads it as whitespace; a bare CR is not a line end.
+Blank lines are skipped. A last line without its ``"\\n"`` is dropped at the
+end of the stream, like an unterminated SSE event: it may have been cut off.
+
+Limits: characters per line and number of lines. Errors are reported in
+stream order, as in the SSE decoder.
+"""
+
+from __future__ import annotations
+
+from ..._errors import LimitExceeded, ProviderError
+from ._limits import StreamLimits
+from ._utf8 import Utf8Decoder
+
+__all__ = ["NDJSONDecoder"]
+
+_DEFAULT_LIMITS = StreamLimits()
+
+
+class NDJSONDecoder:
+    """Incremental NDJSON line splitter with ``decode`` / ``flush``.
+
+    Feed it bytes (strict UTF-8) or text, consistently. Returns the complete,
+    non-blank lines, without their line end.
+
+    Args:
+        limits: uses ``max_line_chars`` and ``max_events`` (lines).
+    """
+
+    __slots__ = ("_error", "_lines", "_max_line", "_max_lines", "_partial", "_partial_len", "_utf8")
+
+    def __init__(self, limits: StreamLimits | None = None) -> None:
+        lim = limits or _DEFAULT_LIMITS
+        self._max_line = lim.max_line_chars
+        self._max_lines = lim.max_events
+        self._utf8 = Utf8Decoder()
+        self._partial: list[str] = []
+        self._partial_len = 0
+        self._lines = 0
+        self._error: ProviderError | None = None
+
+    def decode(self, chunk: bytes) -> list[str]:
+        """Feed one read of bytes; returns the lines it completed."""
+        return self.decode_text(self._utf8.decode(chunk))
+
+    def flush(self) -> list[str]:
+        """End of stream. An unterminated last line is dropped (see :attr:`dropped`)."""
+        if self._error is not None:
+            raise self._error
+        self._utf8.flush()
+        return []
+
+    @property
+    def dropped(self) -> bool:
+        """True if an unterminated, non-blank line is buffered."""
+        return any(p.strip() for p in self._partial)
+
+    def decode_text(self, text: str) -> list[str]:
+        """Feed decoded text."""
+        if self._error is not None:
+            raise self._error
+        if not text:
+            return []
+        pieces = text.split("\n")
+        tail = pieces.pop()
+        if self._partial:
+            if not pieces:
+                self._partial.append(tail)
+                self._partial_len += len(tail)
+                if self._partial_len > self._max_line:
+                    self._error = self._too_long()
+                    raise self._error
+                return []
+            self._partial.append(pieces[0])
+            pieces[0] = "".join(self._partial)
+            self._partial = []
+            self._partial_len = 0
+        out: list[str] = []
+        try:
+            for line in pieces:
+                if len(line) > self._max_line:
+                    raise self._too_long()
+                if not line or line.isspace():
+                    continue
+                self._lines += 1
+                if self._lines > self._max_lines:
+                    raise LimitExceeded(f"more than {self._max_lines} NDJSON lines")
+                out.append(line)
+            if tail:
+                if len(tail) > self._max_line:
+                    raise self._too_long()
+                self._partial.append(tail)
+                self._partial_len = len(tail)
+        except ProviderError as exc:
+            self._error = exc
+            if out:
+                return out
+            raise
+        return out
+
+    def _too_long(self) -> LimitExceeded:
+        return LimitExceeded(f"an NDJSON line is longer than {self._max_line} characters")

@@ -1,0 +1,231 @@
+"""The ``turnledger`` command line.
+
+Exit codes (stable, for scripts):
+
+====  =====================================================================
+0     success
+1     the command ran but failed (a demo check did not hold, a chat error)
+2     usage error (bad arguments)
+3     store error (cannot open, locked, corrupt, owned by another process)
+4     not found (no such session, or no events)
+130   interrupted (Ctrl-C outside a turn)
+====  =====================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import trio
+
+from . import __version__
+from ._cli_errors import Exit
+from ._errors import StoreError, TurnLedgerError
+from ._inspect import phase_name, replay_stored, session_summary, timeline
+from .events import EventStore, StoredEvent
+
+__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_STORE = 3
+EXIT_NOT_FOUND = 4
+EXIT_INTERRUPTED = 130
+
+
+def _fmt_time(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+
+
+async def _open(db: str) -> EventStore:
+    """Open ``db`` for reading: it must exist, and a journal is read without
+    taking its writer's lock (a chat may be writing to it)."""
+    from .adapters.stores import open_store, store_kind
+
+    kind = store_kind(db)
+    if kind != "postgres" and not os.path.exists(db):
+        raise Exit(EXIT_NOT_FOUND, f"no such file: {db}")
+    try:
+        if kind == "journal":
+            return await open_store(db, read_only=True)
+        return await open_store(db)
+    except StoreError as exc:
+        raise Exit(EXIT_STORE, f"cannot open {db}: {exc}") from exc
+
+
+async def _load(store: EventStore, session: str | None) -> dict[str, list[StoredEvent]]:
+    ids = [session] if session else await store.session_ids()
+    out: dict[str, list[StoredEvent]] = {}
+    for sid in ids:
+        events = await store.read(sid)
+        if events:
+            out[sid] = events
+    if not out:
+        what = f"session {session!r}" if session else "any session"
+        raise Exit(EXIT_NOT_FOUND, f"no events for {what}")
+    return out
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False))
+
+
+# --- replay / log / sessions ------------------------------------------------
+
+
+async def _cmd_replay(args: argparse.Namespace) -> int:
+    store = await _open(args.db)
+    try:
+        streams = await _load(store, args.session)
+    finally:
+        await store.aclose()
+    for sid, events in streams.items():
+        state = replay_stored(events, at=args.at)
+        turns = [
+            {"request_id": t.request_id, "question": t.question, "answer": t.answer}
+            for t in state.turns
+        ]
+        if args.json:
+            _print_json(
+                {
+                    "session_id": sid,
+                    "version": state.version,
+                    "phase": phase_name(state),
+                    "context_start": state.context_start,
+                    "turns": turns,
+                }
+            )
+            continue
+        at = f" at seq {state.version}" if args.at is not None else ""
+        phase = phase_name(state)
+        print(f"session {sid}{at}: {len(turns)} turns, {phase}, version {state.version}")
+        for i, t in enumerate(turns, 1):
+            print(f"  [{i}] user: {t['question']}")
+            print(f"      assistant: {t['answer']}")
+    return EXIT_OK
+
+
+async def _cmd_log(args: argparse.Namespace) -> int:
+    store = await _open(args.db)
+    try:
+        streams = await _load(store, args.session)
+    finally:
+        await store.aclose()
+    shown = 0
+    for sid, events in streams.items():
+        rows = timeline(events)
+        if args.request:
+            rows = [r for r in rows if r.request_id and r.request_id.startswith(args.request)]
+        if not rows:
+            continue
+        if not args.json:
+            print(f"session {sid}")
+            print(f"  {'seq':>4}  {'time':<24} {'request':<13} {'event':<19} {'phase':<22} reason")
+        for r in rows:
+            shown += 1
+            if args.json:
+                _print_json(r.as_json())
+                continue
+            phase = r.phase_to if r.phase_from == r.phase_to else f"{r.phase_from}→{r.phase_to}"
+            reason = f"{r.reason} ({r.detail})" if r.reason and r.detail else r.reason or r.detail
+            if r.late_by is not None:
+                reason += f" — {r.late_by:.3f}s after the turn ended"
+            rid = r.request_id or "-"
+            rid = rid if len(rid) <= 12 else rid[:11] + "…"
+            print(
+                f"  {r.seq:>4}  {_fmt_time(r.recorded_at):<24} {rid:<13} {r.event:<19} "
+                f"{phase:<22} {reason}".rstrip()
+            )
+    if shown == 0:
+        raise Exit(EXIT_NOT_FOUND, f"no events for request {args.request!r}")
+    return EXIT_OK
+
+
+async def _cmd_sessions(args: argparse.Namespace) -> int:
+    store = await _open(args.db)
+    try:
+        streams = await _load(store, None)
+    finally:
+        await store.aclose()
+    if not args.json:
+        print(f"{'session':<24} {'turns':>5} {'events':>6}  {'phase':<10} last outcome")
+    for sid, events in streams.items():
+        summary = session_summary(sid, events)
+        if args.json:
+            _print_json(summary)
+        else:
+            print(
+                f"{sid:<24} {summary['turns']:>5} {summary['events']:>6}  "
+                f"{summary['phase']:<10} {summary['last_outcome'] or '-'}"
+            )
+    return EXIT_OK
+
+
+# --- the parser ---------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="turnledger",
+        description="LLM chat sessions whose history can be trusted.",
+        epilog="DB is a SQLite file, a .jsonl journal, or a postgresql:// DSN.",
+    )
+    p.add_argument("--version", action="version", version=f"turnledger {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log one line per message")
+    p.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    from ._cli_run import add_chat_parser, add_demo_parser
+
+    add_demo_parser(sub)
+    add_chat_parser(sub)
+
+    r = sub.add_parser("replay", help="rebuild history from a log")
+    r.add_argument("db", metavar="DB")
+    r.add_argument("--session", "-s", help="only this session")
+    r.add_argument("--at", type=int, metavar="SEQ", help="as it stood after event SEQ")
+    r.add_argument("--json", action="store_true", help="one JSON object per session")
+    r.set_defaults(run=_cmd_replay)
+
+    lg = sub.add_parser("log", help="the event timeline of a log")
+    lg.add_argument("db", metavar="DB")
+    lg.add_argument("--session", "-s", help="only this session")
+    lg.add_argument("--request", "-r", help="only this request id (or a prefix of it)")
+    lg.add_argument("--json", action="store_true", help="one JSON object per event")
+    lg.set_defaults(run=_cmd_log)
+
+    ss = sub.add_parser("sessions", help="sessions with turn counts and last outcome")
+    ss.add_argument("db", metavar="DB")
+    ss.add_argument("--json", action="store_true", help="one JSON object per session")
+    ss.set_defaults(run=_cmd_sessions)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of the ``turnledger`` script."""
+    args = _parser().parse_args(argv)
+    from .adapters.logging import configure_logging
+
+    configure_logging(json=True if args.log_json else None, verbose=args.verbose)
+    try:
+        code = trio.run(args.run, args)
+    except Exit as exc:
+        if exc.message:
+            print(f"turnledger: {exc.message}", file=sys.stderr)
+        code = exc.code
+    except StoreError as exc:
+        print(f"turnledger: store error: {exc}", file=sys.stderr)
+        code = EXIT_STORE
+    except TurnLedgerError as exc:
+        print(f"turnledger: {exc}", file=sys.stderr)
+        code = EXIT_FAILED
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    sys.exit(code)

@@ -1,0 +1,784 @@
+"""The session actor: the one place where messages, I/O and state meet.
+
+One trio task per session owns its state. For every batch of mailbox
+messages it runs the pure core, writes first and acts after::
+
+    events = decide(state, message)        (for each message of the batch)
+    store.append(events, expected_version=state.version)
+    state  = evolve(state, events)         (only once the append returned)
+    effects                                (start or cancel a request, tell callers)
+
+Batching. A turn is several messages (Submit, ResponseStarted, Completed).
+After the first message the actor takes whatever else is already queued
+(``receive_nowait``), decides them one after another against the provisional
+state, and appends all their events in one store call. This is safe because
+effects run only after the append, in event order, and only the final state
+matters for them: a turn submitted and cancelled in one batch never goes out.
+
+Timers. The deadline and the idle timeout of the turn in flight are the
+actor's own receive deadline, not extra tasks: when its wait for the mailbox
+times out, the actor takes the messages already queued and then a
+``Timeout(request_id, "deadline" | "idle")``, exactly as if a timer task had
+sent it at that moment. The idle clock restarts on ``started()`` and on every
+delta; the provider's task only writes a timestamp, it never wakes the actor.
+
+Request tasks run in the hub's nursery, each inside its own cancel scope, and
+never touch state: they send ``ResponseStarted`` / ``Completed`` / ``Failed``
+with their request id. Deltas go to the turn's tickets (previews), not to the
+mailbox, the state or the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+import attrs
+import structlog
+import trio
+
+from .._errors import (
+    ConcurrencyConflict,
+    InvalidCommand,
+    ProviderError,
+    SessionClosed,
+    StoreError,
+)
+from ..events import (
+    DEFAULT_CODEC,
+    DISCARD_REASONS,
+    WIRE_TAGS,
+    CompletionIgnored,
+    Event,
+    RequestId,
+    SessionStarted,
+    TurnCommitted,
+    TurnDiscarded,
+    TurnRejected,
+    TurnSubmitted,
+)
+from ._log import get_logger
+from ._machine import (
+    Pending,
+    SessionState,
+    Streaming,
+    decide,
+    evolve,
+    initial_state,
+    is_in_flight,
+    outcome_of,
+    replay,
+    request_messages,
+)
+from ._messages import (
+    Cancel,
+    Completed,
+    Failed,
+    Failure,
+    Interrupt,
+    Message,
+    ResponseStarted,
+    Start,
+    Submit,
+    Timeout,
+)
+from ._ports import ChatRequest
+from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult, result_of
+
+if TYPE_CHECKING:
+    from ._hub import Hub
+
+__all__: list[str] = []
+
+_logger = get_logger()
+
+#: Most messages handled in one batch (one store append).
+MAX_BATCH: Final = 64
+#: Conflicts tolerated in a row before the actor gives up (another writer is active).
+MAX_CONFLICTS: Final = 5
+#: How many ended turns the actor remembers (for the delay of late completions).
+REMEMBER_ENDED: Final = 32
+
+
+class _Ticket:
+    """What a caller holds for one Submit: preview chunks and, at the end, the result."""
+
+    __slots__ = ("chunks", "error", "lot", "result")
+
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+        self.result: TurnResult | None = None
+        self.error: BaseException | None = None
+        self.lot = trio.lowlevel.ParkingLot()
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+    def push(self, text: str) -> None:
+        if self.result is None and self.error is None:
+            self.chunks.append(text)
+            if self.lot:
+                self.lot.unpark_all()
+
+    def resolve(self, result: TurnResult) -> None:
+        if not self.done:
+            self.result = result
+            self.lot.unpark_all()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.error = error
+            self.lot.unpark_all()
+
+
+#: What a mailbox carries. A message of None is a poke: wake up and look at
+#: the hub (it is closing, or this session has been idle long enough).
+_Item: TypeAlias = tuple["Message | None", _Ticket | None]
+_Msg: TypeAlias = tuple[Message, _Ticket | None]
+_POKE: Final[_Item] = (None, None)
+
+
+class _Flight:
+    """The turn in flight that this actor owns; also the provider's StreamSink."""
+
+    __slots__ = (
+        "actor",
+        "chars",
+        "deadline",
+        "ended",
+        "last_activity",
+        "log",
+        "request_id",
+        "running",
+        "scope",
+        "tickets",
+    )
+
+    def __init__(self, actor: _Actor, request_id: RequestId, log: Any, deadline: float) -> None:
+        self.actor = actor
+        self.request_id = request_id
+        self.log = log
+        self.tickets: list[_Ticket] = []
+        self.scope = trio.CancelScope()
+        self.chars = 0
+        self.deadline = deadline
+        self.last_activity = trio.current_time()
+        self.running = False
+        self.ended = False
+
+    # -- StreamSink --------------------------------------------------------
+
+    async def started(self) -> None:
+        """Report that the server accepted the request (one mailbox message)."""
+        self.last_activity = trio.current_time()
+        await self.actor.report(ResponseStarted(self.request_id))
+
+    async def delta(self, text: str) -> None:
+        """Hand ``text`` to the turn's previews.
+
+        Never blocks and is not a checkpoint: a delta costs a list append per
+        subscriber, so providers may call it for every tiny chunk.
+        """
+        if self.ended:
+            return
+        self.last_activity = trio.current_time()
+        self.chars += len(text)
+        for ticket in self.tickets:
+            ticket.push(text)
+
+    # -- timers ------------------------------------------------------------
+
+    def wake_at(self, idle: float | None) -> float:
+        if idle is None:
+            return self.deadline
+        return min(self.deadline, self.last_activity + idle)
+
+    def expired(self, now: float, idle: float | None) -> str | None:
+        if now >= self.deadline:
+            return "deadline"
+        if idle is not None and now >= self.last_activity + idle:
+            return "idle"
+        return None
+
+
+# One decided step of a batch: the message, its ticket, the events it caused
+# (each with the phase before and after, and its seq), and the state after it.
+_Transition: TypeAlias = tuple[Event, str, str, int]
+# A message is None for events read back from the store.
+_Step: TypeAlias = tuple["Message | None", "_Ticket | None", list[_Transition], SessionState]
+
+
+def _current(state: SessionState) -> RequestId | None:
+    return state.request.request_id if isinstance(state, (Pending, Streaming)) else None
+
+
+def _message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
+    current = _current(state)
+    out: dict[str, Any] = {"msg_type": type(msg).__name__, "in_flight": current}
+    # ``request_id`` is always the request the message is about (or the one
+    # in flight, for Cancel() and Interrupt), so one jq filter on it shows
+    # every line of a request's story, including stale ones.
+    if isinstance(msg, Submit):
+        out["request_id"] = msg.request_id
+        # A request id seen before (a retry) changes nothing.
+        out["stale"] = outcome_of(state, msg.request_id) is not None
+        out["question_chars"] = len(msg.question)
+    elif isinstance(msg, Cancel):
+        out["request_id"] = current if msg.request_id is None else msg.request_id
+        out["stale"] = current is None or (msg.request_id not in (None, current))
+    elif isinstance(msg, Interrupt):
+        out["request_id"] = current
+        out["stale"] = current is None
+        out["detail"] = msg.detail
+    elif isinstance(msg, Start):
+        out["request_id"] = None
+        out["stale"] = False
+    else:
+        out["request_id"] = msg.request_id
+        out["stale"] = msg.request_id != current
+        if isinstance(msg, Timeout):
+            out["detail"] = msg.detail
+        elif isinstance(msg, Completed):
+            out["answer_chars"] = len(msg.answer)
+            out["finish_reason"] = msg.finish_reason
+        elif isinstance(msg, Failed):
+            out["reason"] = msg.failure.reason
+    return out
+
+
+def _transition_fields(event: Event) -> dict[str, Any]:
+    out: dict[str, Any] = {"tag": WIRE_TAGS[type(event)]}
+    out["request_id"] = None if isinstance(event, SessionStarted) else event.request_id
+    if isinstance(event, TurnSubmitted):
+        out["question_chars"] = len(event.question)
+        out["turns_sent"] = event.turns_sent
+        out["turns_dropped"] = event.turns_dropped
+        out["request_bytes"] = event.request_bytes
+    elif isinstance(event, TurnCommitted):
+        out["answer_chars"] = len(event.answer)
+        out["finish_reason"] = event.finish_reason
+    elif isinstance(event, TurnDiscarded):
+        out["reason"] = event.reason
+        out["detail"] = event.detail
+        out["preview_chars"] = event.preview_chars
+    elif isinstance(event, TurnRejected):
+        out["reason"] = event.reason
+        out["detail"] = event.detail
+    elif isinstance(event, CompletionIgnored):
+        out["outcome"] = event.outcome
+    return out
+
+
+class _Actor:
+    """One session: its mailbox, its state, its turn in flight."""
+
+    __slots__ = (
+        "_batch",
+        "_ended",
+        "_flight",
+        "_log",
+        "_received_at",
+        "_rx",
+        "_start",
+        "_stop",
+        "_unsynced",
+        "_waiting",
+        "hub",
+        "idle_since",
+        "senders",
+        "session_id",
+        "state",
+        "tx",
+    )
+
+    def __init__(self, hub: Hub, session_id: str, start: Start) -> None:
+        self.hub = hub
+        self.session_id = session_id
+        self._start = start
+        self.tx, self._rx = trio.open_memory_channel[_Item](hub._config.mailbox_size)
+        #: Callers between looking this actor up and handing it a message.
+        self.senders = 0
+        self.state: SessionState = initial_state()
+        self._flight: _Flight | None = None
+        #: Tickets of accepted Submits whose turn has not ended, by request id.
+        self._waiting: dict[RequestId, list[_Ticket]] = {}
+        #: When recent turns ended (trio clock), to time late completions.
+        self._ended: dict[RequestId, float] | None = None
+        self._batch: Sequence[_Msg] = ()
+        self._received_at = 0.0
+        self._log = _logger.bind(session_id=session_id)
+        #: When the actor last came to rest (trio clock); None while in flight.
+        self.idle_since: float | None = None
+        self._stop = False
+        #: The store may hold events this state has not seen (a cancelled
+        #: append, a conflict): read before writing again.
+        self._unsynced = False
+
+    @property
+    def in_flight(self) -> bool:
+        return self._flight is not None
+
+    def request_stop(self) -> None:
+        """Stop after the current batch (the hub is closing)."""
+        self._stop = True
+        self.poke()
+
+    def poke(self) -> None:
+        """Wake the actor if it waits for its mailbox (a full one is not idle)."""
+        with contextlib.suppress(
+            trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
+        ):
+            self.tx.send_nowait(_POKE)
+
+    async def report(self, msg: Message) -> None:
+        """Send a message from one of this actor's own tasks.
+
+        Does not yield unless the mailbox is full, so a provider's
+        ``started()`` and its result usually reach the actor in one batch
+        (one store append).
+        """
+        item = (msg, None)
+        # If the actor has stopped, nobody is waiting for this any more.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            try:
+                self.tx.send_nowait(item)
+            except trio.WouldBlock:
+                await self.tx.send(item)
+
+    # -- life --------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        hub = self.hub
+        # The task inherited the context of whichever caller started it; its
+        # log context must be the session's alone.
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(session_id=self.session_id)
+        hub._actor_tasks += 1
+        registered = acquired = False
+        why = "hub_closed"
+        error: Exception | None = None
+        try:
+            await hub._store.acquire(self.session_id)
+            acquired = True
+            await self._recover()
+            hub._actors[self.session_id] = self
+            registered = True
+            hub._stats["actors_started"] += 1
+            task_status.started()
+            # It refers to start()'s temporary nursery; keeping it for the
+            # actor's whole life would cost ~1 KB per idle session.
+            del task_status
+            self._log.debug("actor_started", version=self.state.version, phase=self._phase())
+            why = await self._loop()
+        except Exception as exc:
+            if not registered:
+                raise
+            error, why = exc, "failed"
+            hub._stats["actors_failed"] += 1
+            self._log.error(
+                "actor_failed",
+                error=type(exc).__name__,
+                detail=str(exc),
+                version=self.state.version,
+            )
+        finally:
+            try:
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + hub._config.shutdown_grace
+                    await self._shutdown(why, error, registered=registered, acquired=acquired)
+            finally:
+                hub._actor_tasks -= 1
+
+    async def _recover(self) -> None:
+        stored = await self.hub._store.read(self.session_id)
+        self.state = replay(DEFAULT_CODEC.decode(s) for s in stored)
+        if self.state.config is None:
+            try:
+                await self._handle([(self._start, None)])
+            except InvalidCommand:
+                # Another writer created the session between our read and our
+                # append; the retry reloaded its SessionStarted, which stands.
+                if self.state.config is None:
+                    raise
+        if is_in_flight(self.state):
+            await self._handle([(Interrupt("recovered in flight"), None)])
+
+    async def _loop(self) -> str:
+        hub = self.hub
+        rx = self._rx
+        idle = hub._config.idle_timeout
+        self.idle_since = trio.current_time()
+        while True:
+            if self._stop or hub._closed:
+                return "hub_closed"
+            flight = self._flight
+            batch: list[_Item] = []
+            if flight is None:
+                # At rest: a plain wait, no cancel scope and no timer (the
+                # hub's janitor pokes actors idle for too long).
+                batch.append(await rx.receive())
+                self._drain(batch, MAX_BATCH)
+            else:
+                with trio.move_on_at(flight.wake_at(idle)):
+                    batch.append(await rx.receive())
+                if batch:
+                    self._drain(batch, MAX_BATCH)
+                else:
+                    detail = flight.expired(trio.current_time(), idle)
+                    if detail is None:
+                        continue  # the stream made progress; wait again
+                    # Whatever is queued arrived before the timer fired.
+                    self._drain(batch, rx.statistics().current_buffer_used)
+                    batch.append((Timeout(flight.request_id, detail), None))
+            messages = [(m, t) for m, t in batch if m is not None]
+            if messages:
+                await self._handle(messages)
+                self.idle_since = trio.current_time() if self._flight is None else None
+            elif (
+                self._flight is None
+                and not self._stop
+                and self.senders == 0
+                and rx.statistics().current_buffer_used == 0
+                and self._idle_for() >= (hub._config.passivate_after or math.inf)
+            ):
+                # Poked while idle. No await between this check and
+                # _shutdown closing the mailbox: nobody can slip a message in.
+                return "passivated"
+
+    def _drain(self, batch: list[_Item], limit: int) -> None:
+        rx = self._rx
+        while len(batch) < limit:
+            try:
+                batch.append(rx.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+
+    async def _shutdown(
+        self, why: str, error: Exception | None, *, registered: bool, acquired: bool
+    ) -> None:
+        hub = self.hub
+        sid = self.session_id
+        done = trio.Event()
+        queued: list[_Msg] = []
+        if registered:
+            # Synchronously: stop routing, take what is queued, refuse the
+            # rest. Blocked and later senders get BrokenResourceError and
+            # retry with a new actor, which waits for `done`.
+            if hub._actors.get(sid) is self:
+                del hub._actors[sid]
+            hub._stopping[sid] = done
+            items: list[_Item] = []
+            self._drain(items, sys.maxsize)
+            queued = [(m, t) for m, t in items if m is not None]
+        self._rx.close()
+        interrupted, self._batch = self._batch, ()
+        try:
+            if registered and error is None:
+                try:
+                    if self._unsynced:
+                        await self._reload()
+                    # Submits of a batch whose append was cancelled: the store
+                    # says whether they were recorded.
+                    for msg, ticket in interrupted:
+                        if isinstance(msg, Submit) and ticket is not None and not ticket.done:
+                            self._adopt(msg.request_id, ticket)
+                    # Results already queued still count; new questions do not.
+                    rest: list[_Msg] = [(m, None) for m, _ in queued if not isinstance(m, Submit)]
+                    if rest:
+                        await self._handle(rest)
+                    if is_in_flight(self.state):
+                        await self._handle([(Interrupt("hub closed"), None)])
+                except Exception as exc:
+                    error = exc
+                    self._log.error(
+                        "actor_failed",
+                        error=type(exc).__name__,
+                        detail=str(exc),
+                        version=self.state.version,
+                    )
+            if acquired:
+                try:
+                    await hub._store.release(sid)
+                except Exception as exc:
+                    self._log.error("actor_failed", error=type(exc).__name__, detail=str(exc))
+        finally:
+            gone = SessionClosed(f"session {sid!r} stopped ({why}) before the turn was decided")
+            if error is not None:
+                gone.__cause__ = error
+            for _, ticket in (*interrupted, *queued):
+                if ticket is not None:
+                    ticket.fail(gone)
+            for tickets in self._waiting.values():
+                for ticket in tickets:
+                    ticket.fail(gone)
+            self._waiting.clear()
+            flight = self._flight
+            if flight is not None:
+                self._flight = None
+                flight.ended = True
+                flight.scope.cancel()
+            if registered:
+                del hub._stopping[sid]
+                if why == "passivated":
+                    hub._stats["actors_passivated"] += 1
+                self._log.debug("actor_stopped", why=why, version=self.state.version)
+            done.set()
+
+    def _adopt(self, request_id: RequestId, ticket: _Ticket) -> None:
+        outcome = outcome_of(self.state, request_id)
+        if outcome is None:
+            return  # never recorded; failed with SessionClosed below
+        if outcome.kind == "in_flight":
+            self._waiting.setdefault(request_id, []).append(ticket)
+        else:
+            ticket.resolve(attrs.evolve(result_of(request_id, outcome), repeated=False))
+
+    # -- one batch ---------------------------------------------------------
+
+    async def _handle(self, batch: Sequence[_Msg]) -> None:
+        hub = self.hub
+        hub._stats["messages"] += len(batch)
+        self._batch = batch
+        self._received_at = trio.current_time()
+        conflicted = False
+        for attempt in range(MAX_CONFLICTS + 1):
+            try:
+                if self._unsynced:
+                    await self._reload()
+                    if conflicted:
+                        await self._discard_conflicted()
+                steps, events, state = self._decide(batch, log=attempt == 0)
+                await self._append(events)
+            except ConcurrencyConflict as exc:
+                self._log.warning(
+                    "append_conflict",
+                    expected_version=exc.expected_version,
+                    actual_version=exc.actual_version,
+                    attempt=attempt + 1,
+                )
+                conflicted = True
+                continue
+            self.state = state
+            self._batch = ()
+            self._effects(steps)
+            return
+        raise StoreError(
+            f"session {self.session_id!r}: {MAX_CONFLICTS + 1} conflicting appends in a row; "
+            "another writer is active"
+        )
+
+    def _decide(
+        self, batch: Sequence[_Msg], *, log: bool
+    ) -> tuple[list[_Step], list[Event], SessionState]:
+        budget = self.hub._budget
+        flight = self._flight
+        state = self.state
+        steps: list[_Step] = []
+        events: list[Event] = []
+        for msg, ticket in batch:
+            if log:
+                self._msg_log().debug("message_received", **_message_fields(msg, state))
+            preview = (
+                flight.chars if flight is not None and _current(state) == flight.request_id else 0
+            )
+            decided = decide(state, msg, budget=budget, preview_chars=preview)
+            transitions: list[_Transition] = []
+            for ev in decided:
+                after = evolve(state, ev)
+                transitions.append((ev, type(state).__name__, type(after).__name__, after.version))
+                state = after
+            steps.append((msg, ticket, transitions, state))
+            events.extend(decided)
+        return steps, events, state
+
+    async def _append(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        hub = self.hub
+        version = self.state.version
+        now = hub._config.clock()
+        stored = [
+            DEFAULT_CODEC.encode(ev, session_id=self.session_id, seq=version + i, recorded_at=now)
+            for i, ev in enumerate(events, start=1)
+        ]
+        # A cancelled append wrote all or nothing: whoever goes on must re-read.
+        self._unsynced = True
+        await hub._store.append(self.session_id, stored, expected_version=version)
+        self._unsynced = False
+        hub._stats["appends"] += 1
+        hub._stats["events"] += len(stored)
+
+    async def _reload(self) -> None:
+        """Catch up with the store: fold and act on the events this state has not seen."""
+        stored = await self.hub._store.read(self.session_id, after=self.state.version)
+        state = self.state
+        transitions: list[_Transition] = []
+        for record in stored:
+            ev = DEFAULT_CODEC.decode(record)
+            after = evolve(state, ev)
+            transitions.append((ev, type(state).__name__, type(after).__name__, after.version))
+            state = after
+        self.state = state
+        self._unsynced = False
+        if transitions:
+            self._effects([(None, None, transitions, state)])
+
+    async def _discard_conflicted(self) -> None:
+        # Our turn is still in flight, but the stream moved under it: this
+        # writer can no longer vouch for its outcome. No message of the core
+        # stands for this (it comes from neither the caller, the provider nor
+        # the timer), so the actor states the fact; evolve still checks it.
+        flight = self._flight
+        if flight is None or _current(self.state) != flight.request_id:
+            return
+        before = self.state
+        ev = TurnDiscarded(
+            flight.request_id,
+            "conflict",
+            f"the stream moved under the turn (now at version {before.version})",
+            flight.chars,
+        )
+        after = evolve(before, ev)
+        await self._append([ev])
+        self.state = after
+        transition = (ev, type(before).__name__, type(after).__name__, after.version)
+        self._effects([(None, None, [transition], after)])
+
+    # -- effects -----------------------------------------------------------
+
+    def _effects(self, steps: Sequence[_Step]) -> None:
+        hub = self.hub
+        waiting = self._waiting
+        received = self._received_at
+        for msg, ticket, transitions, after in steps:
+            if isinstance(msg, Submit) and ticket is not None:
+                known = waiting.get(msg.request_id)
+                if known is None:
+                    waiting[msg.request_id] = [ticket]
+                else:
+                    # A retry while the turn is in flight: same preview so far.
+                    ticket.chunks.extend(known[0].chunks)
+                    known.append(ticket)
+            for ev, before_phase, after_phase, seq in transitions:
+                self._msg_log().info(
+                    "transition",
+                    seq=seq,
+                    **{"from": before_phase, "to": after_phase},
+                    **_transition_fields(ev),
+                )
+                if isinstance(ev, TurnSubmitted):
+                    if isinstance(msg, Submit) and msg.request_id == ev.request_id:
+                        cfg = hub._config
+                        deadline = (
+                            trio.current_time() + cfg.turn_deadline
+                            if cfg.turn_deadline is not None
+                            else math.inf
+                        )
+                        log = self._log.bind(request_id=ev.request_id)
+                        self._flight = _Flight(self, ev.request_id, log, deadline)
+                        self._flight.tickets = waiting.get(ev.request_id, [])
+                elif isinstance(ev, TurnCommitted):
+                    self._turn_ended(
+                        ev.request_id,
+                        CommittedResult(ev.request_id, ev.answer, ev.finish_reason, ev.usage),
+                    )
+                elif isinstance(ev, TurnDiscarded):
+                    self._turn_ended(
+                        ev.request_id,
+                        DiscardedResult(ev.request_id, ev.reason, ev.detail, ev.preview_chars),
+                    )
+                elif isinstance(ev, TurnRejected):
+                    self._resolve(
+                        ev.request_id, RejectedResult(ev.request_id, ev.reason, ev.detail)
+                    )
+                elif isinstance(ev, CompletionIgnored):
+                    ended = self._ended.get(ev.request_id) if self._ended else None
+                    self._msg_log().info(
+                        "late_completion",
+                        request_id=ev.request_id,
+                        outcome=ev.outcome,
+                        delay_s=None if ended is None else max(received - ended, 0.0),
+                        in_flight=_current(after),
+                    )
+            if isinstance(msg, Submit) and not transitions and ticket is not None:
+                # A request id seen before: a client retry, never recorded twice.
+                outcome = outcome_of(after, msg.request_id)
+                if outcome is not None and outcome.kind != "in_flight":
+                    self._resolve(msg.request_id, result_of(msg.request_id, outcome))
+        flight = self._flight
+        if flight is not None and not flight.running:
+            state = self.state
+            assert isinstance(state, (Pending, Streaming)) and state.config is not None
+            request = ChatRequest(
+                flight.request_id, state.config.model, tuple(request_messages(state))
+            )
+            flight.running = True
+            hub._nursery.start_soon(self._request, flight, request, name="turnledger.request")
+
+    def _resolve(self, request_id: RequestId, result: TurnResult) -> None:
+        for ticket in self._waiting.pop(request_id, ()):
+            ticket.resolve(result)
+
+    def _turn_ended(self, request_id: RequestId, result: TurnResult) -> None:
+        self._resolve(request_id, result)
+        flight = self._flight
+        if flight is not None and flight.request_id == request_id:
+            self._flight = None
+            flight.ended = True
+            flight.scope.cancel()
+        ended = self._ended
+        if ended is None:
+            ended = self._ended = {}
+        elif len(ended) >= REMEMBER_ENDED:
+            del ended[next(iter(ended))]
+        ended[request_id] = trio.current_time()
+
+    # -- the request task --------------------------------------------------
+
+    async def _request(self, flight: _Flight, request: ChatRequest) -> None:
+        hub = self.hub
+        rid = flight.request_id
+        structlog.contextvars.bind_contextvars(request_id=rid)
+        hub._request_tasks += 1
+        try:
+            with flight.scope:
+                msg: Message
+                try:
+                    completion = await hub._provider.complete(request, flight)
+                except ProviderError as exc:
+                    reason = exc.reason if exc.reason in DISCARD_REASONS else "provider_error"
+                    msg = Failed(rid, Failure(reason, str(exc)))  # type: ignore[arg-type]
+                except Exception as exc:
+                    # A provider bug must not take the hub down. Its message
+                    # may hold anything, so only the type is kept.
+                    flight.log.error("request_error", error=type(exc).__name__)
+                    msg = Failed(rid, Failure("provider_error", type(exc).__name__))
+                else:
+                    msg = Completed(
+                        rid, completion.answer, completion.finish_reason, completion.usage
+                    )
+                # A result the provider did return is reported even if the
+                # turn was discarded meanwhile (a provider that cannot be
+                # interrupted, such as a blocking SDK in a worker thread):
+                # report() does not yield when the mailbox has room, so the
+                # late result is recorded as CompletionIgnored.
+                await self.report(msg)
+        finally:
+            hub._request_tasks -= 1
+
+    # -- helpers -----------------------------------------------------------
+
+    def _msg_log(self) -> Any:
+        flight = self._flight
+        return flight.log if flight is not None else self._log
+
+    def _idle_for(self) -> float:
+        since = self.idle_since
+        return 0.0 if since is None else trio.current_time() - since
+
+    def _phase(self) -> str:
+        return type(self.state).__name__

@@ -1,0 +1,442 @@
+"""The hub: starts, routes to and stops session actors.
+
+``open_hub(store, provider, model=...)`` owns a nursery. Each session that
+is addressed gets one actor task, recovered by replay from the store; idle
+actors are passivated and come back by replay when addressed again. Leaving
+the context closes every actor: turns still in flight are discarded as
+``interrupted`` (written to the store when it can be) and nothing keeps
+running.
+
+Per-session settings: the hub's ``system``/``model``/``policy``/``on_busy``
+are the defaults for sessions it creates; :meth:`Hub.open_session` creates a
+session with other settings. Either way they are fixed in ``SessionStarted``
+when the session is first created, and stay what the log says afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, final
+
+import attrs
+import trio
+
+from .._errors import InvalidCommand, SessionClosed
+from ..events import DEFAULT_CODEC, EventStore, HistoryPolicy, Ledger, OnBusy, RequestId
+from ._actor import _Actor, _Item, _Ticket
+from ._history import Turn
+from ._machine import SessionState, replay
+from ._messages import Cancel, Start, Submit
+from ._ports import Provider
+from ._projection import Budget
+from ._results import TurnResult
+
+__all__ = ["Hub", "HubStatistics", "TurnHandle", "open_hub"]
+
+_COUNTERS = (
+    "actors_started",
+    "actors_passivated",
+    "actors_failed",
+    "messages",
+    "appends",
+    "events",
+)
+
+
+def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{attribute.name} must be positive or None, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class _Config:
+    start: Start
+    max_request_bytes: int | None
+    turn_deadline: float | None = attrs.field(validator=_positive_or_none)
+    idle_timeout: float | None = attrs.field(validator=_positive_or_none)
+    passivate_after: float | None = attrs.field(validator=_positive_or_none)
+    mailbox_size: int = attrs.field(validator=attrs.validators.ge(1))
+    shutdown_grace: float = attrs.field(validator=attrs.validators.gt(0))
+    clock: Callable[[], float]
+
+
+@attrs.frozen
+class HubStatistics:
+    """A snapshot of the hub's runtime (like trio's ``statistics()`` objects)."""
+
+    #: Actor tasks alive (running, starting or stopping).
+    actors: int
+    #: Request tasks alive (including cancelled ones still unwinding).
+    requests: int
+    #: Sessions with a turn in flight.
+    in_flight: int
+    #: Actors started since the hub opened (each start replays the log).
+    actors_started: int
+    #: Actors stopped after ``passivate_after`` seconds idle.
+    actors_passivated: int
+    #: Actors stopped by an error (a store failure, a corrupt log).
+    actors_failed: int
+    #: Mailbox messages handled.
+    messages: int
+    #: Store appends (one per batch of messages that caused events).
+    appends: int
+    #: Events appended.
+    events: int
+
+
+@final
+class TurnHandle:
+    """One submitted question, as the caller holds it.
+
+    Several handles may stand for the same turn (a Submit repeated with the
+    same request id); they share its preview and its result.
+    """
+
+    __slots__ = ("_hub", "_ticket", "request_id", "session_id")
+
+    def __init__(self, hub: Hub, session_id: str, request_id: RequestId, ticket: _Ticket) -> None:
+        #: The session the question went to.
+        self.session_id = session_id
+        #: The request id (given by the caller, or a fresh uuid4 hex).
+        self.request_id = request_id
+        self._hub = hub
+        self._ticket = ticket
+
+    def __repr__(self) -> str:
+        return f"<TurnHandle {self.session_id!r} {self.request_id!r}>"
+
+    @property
+    def done(self) -> bool:
+        """True once the turn has a result (or can no longer get one)."""
+        return self._ticket.done
+
+    async def preview(self) -> AsyncIterator[str]:
+        """The answer's text as it streams, from the first delta, until the turn ends.
+
+        Preview text is never history: check :meth:`outcome`. Every call
+        iterates from the start; several consumers may iterate at once.
+        """
+        ticket = self._ticket
+        i = 0
+        while True:
+            chunks = ticket.chunks
+            while i < len(chunks):
+                yield chunks[i]
+                i += 1
+            if ticket.done:
+                return
+            await ticket.lot.park()
+
+    async def outcome(self) -> TurnResult:
+        """Wait for the turn's result.
+
+        Returns:
+            :class:`CommittedResult` (the pair is durable in the store),
+            :class:`DiscardedResult` or :class:`RejectedResult`.
+
+        Raises:
+            SessionClosed: the hub closed, or the session's actor failed,
+                before the turn was decided; ``__cause__`` holds the error if
+                there was one. A turn whose fate is unknown (recorded as in
+                flight) is closed as ``interrupted`` when its session next
+                starts; submit the same request id again to learn it.
+
+        Cancellation: no effect on the turn.
+        """
+        ticket = self._ticket
+        if ticket.done:
+            await trio.lowlevel.checkpoint()
+        while not ticket.done:
+            await ticket.lot.park()
+        if ticket.result is None:
+            assert ticket.error is not None
+            raise SessionClosed(str(ticket.error)) from ticket.error.__cause__
+        return ticket.result
+
+    async def cancel(self) -> TurnResult:
+        """Cancel this turn (only this one: ``Cancel(request_id)``) and wait for its result.
+
+        The result may still be committed: a completion already queued when
+        the cancel arrives wins, and the cancel finds nothing to do.
+
+        Raises:
+            SessionClosed: as for :meth:`outcome`.
+
+        Cancellation: if cancelled before the Cancel was queued, nothing was
+        sent; afterwards, the turn is cancelled and only the wait is abandoned.
+        """
+        if not self._ticket.done:
+            # If the hub is closing, its shutdown resolves the ticket.
+            with contextlib.suppress(SessionClosed):
+                await self._hub._send(self.session_id, (Cancel(self.request_id), None))
+        return await self.outcome()
+
+
+@final
+class Hub:
+    """Routes messages to session actors. Get one from :func:`open_hub`."""
+
+    def __init__(
+        self, nursery: trio.Nursery, store: EventStore, provider: Provider, config: _Config
+    ) -> None:
+        self._nursery = nursery
+        self._store = store
+        self._provider = provider
+        self._config = config
+        self._budget = Budget(config.max_request_bytes, provider.encoder)
+        self._actors: dict[str, _Actor] = {}
+        self._starting: dict[str, trio.Event] = {}
+        self._stopping: dict[str, trio.Event] = {}
+        self._closed = False
+        self._janitor_scope = trio.CancelScope()
+        if config.passivate_after is not None:
+            nursery.start_soon(self._janitor, config.passivate_after, name="turnledger.janitor")
+        self._actor_tasks = 0
+        self._request_tasks = 0
+        self._stats = dict.fromkeys(_COUNTERS, 0)
+
+    # -- routing -----------------------------------------------------------
+
+    async def _actor(self, session_id: str, start: Start | None = None) -> _Actor:
+        while True:
+            if self._closed:
+                raise SessionClosed("the hub is closed")
+            actor = self._actors.get(session_id)
+            if actor is not None:
+                return actor
+            busy = self._starting.get(session_id)
+            if busy is None:
+                busy = self._stopping.get(session_id)
+            if busy is not None:
+                await busy.wait()
+                continue
+            started = self._starting[session_id] = trio.Event()
+            try:
+                new = _Actor(self, session_id, start or self._config.start)
+                await self._nursery.start(new.run)
+            finally:
+                del self._starting[session_id]
+                started.set()
+
+    async def _send(self, session_id: str, item: _Item, start: Start | None = None) -> _Actor:
+        while True:
+            actor = await self._actor(session_id, start)
+            # Counted from the lookup on, with no checkpoint in between, so
+            # the actor cannot passivate under a message on its way.
+            actor.senders += 1
+            try:
+                await actor.tx.send(item)
+                return actor
+            except trio.BrokenResourceError:
+                continue  # it stopped before taking the message: not delivered
+            finally:
+                actor.senders -= 1
+
+    # -- public API ----------------------------------------------------------
+
+    async def submit(
+        self, session_id: str, question: str, *, request_id: str | None = None
+    ) -> TurnHandle:
+        """Ask ``question`` in ``session_id`` (created with the hub's defaults if new).
+
+        Returns once the Submit is in the session's mailbox (waiting while the
+        mailbox is full); the turn goes on without the caller.
+
+        Args:
+            request_id: the caller's id for this question. Submitting the
+                same id again never records the question twice: the new
+                handle gets the original turn's result (``repeated=True``
+                once it had ended) or joins it while in flight.
+
+        Raises:
+            SessionClosed: the hub is closed.
+            SessionOwnedElsewhere: another process holds the session.
+            StoreError, ReplayError, CodecError: the session could not be
+                started (recovered) from the store.
+
+        Cancellation: if cancelled, the question was not sent.
+        """
+        rid = RequestId(uuid.uuid4().hex if request_id is None else request_id)
+        ticket = _Ticket()
+        await self._send(session_id, (Submit(rid, question), ticket))
+        return TurnHandle(self, session_id, rid, ticket)
+
+    async def open_session(
+        self,
+        session_id: str,
+        *,
+        system: str | None = None,
+        model: str | None = None,
+        policy: HistoryPolicy | None = None,
+        on_busy: OnBusy | None = None,
+    ) -> SessionState:
+        """Start the session's actor, creating the session with these settings if new.
+
+        Settings left ``None`` take the hub's defaults. A session that exists
+        keeps the settings of its ``SessionStarted``.
+
+        Returns:
+            The session's state once its actor runs.
+
+        Raises:
+            InvalidCommand: the session exists with a different value for a
+                setting given here.
+            SessionClosed, SessionOwnedElsewhere, StoreError: as for :meth:`submit`.
+        """
+        base = self._config.start
+        start = Start(
+            base.system if system is None else system,
+            base.model if model is None else model,
+            base.policy if policy is None else policy,
+            base.on_busy if on_busy is None else on_busy,
+        )
+        given: dict[str, object] = {
+            "system": system,
+            "model": model,
+            "policy": policy,
+            "on_busy": on_busy,
+        }
+        actor = await self._actor(session_id, start)
+        config = actor.state.config
+        assert config is not None
+        for name, value in given.items():
+            if value is not None and getattr(config, name) != value:
+                raise InvalidCommand(
+                    f"session {session_id!r} exists with {name}={getattr(config, name)!r}"
+                )
+        await trio.lowlevel.checkpoint()
+        return actor.state
+
+    async def cancel(self, session_id: str) -> None:
+        """Cancel the turn in flight in ``session_id``, if any (``Cancel()``).
+
+        Returns once the Cancel is queued. A session whose actor is not
+        running has nothing in flight; nothing is sent.
+
+        Raises:
+            SessionClosed: the hub is closed.
+        """
+        if self._closed:
+            raise SessionClosed("the hub is closed")
+        if session_id in self._actors or session_id in self._starting:
+            await self._send(session_id, (Cancel(), None))
+        else:
+            await trio.lowlevel.checkpoint()
+
+    async def state(self, session_id: str) -> SessionState:
+        """The session's state: the live actor's, or replayed from the store
+        (read-only, without starting an actor) if it is not running."""
+        actor = self._actors.get(session_id)
+        if actor is not None:
+            await trio.lowlevel.checkpoint()
+            return actor.state
+        stored = await self._store.read(session_id)
+        return replay(DEFAULT_CODEC.decode(s) for s in stored)
+
+    async def history(self, session_id: str) -> tuple[Turn, ...]:
+        """The session's committed turns, oldest first."""
+        return tuple((await self.state(session_id)).turns)
+
+    def statistics(self) -> HubStatistics:
+        """Counters for monitoring and tests."""
+        return HubStatistics(
+            actors=self._actor_tasks,
+            requests=self._request_tasks,
+            in_flight=sum(1 for a in self._actors.values() if a.in_flight),
+            **self._stats,
+        )
+
+    async def _janitor(self, after: float) -> None:
+        # One task for the whole hub rather than a timer per idle actor: an
+        # idle actor then costs no cancel scope and no deadline. It is
+        # passivated between `after` and 1.5 x `after` seconds of idleness.
+        with self._janitor_scope:
+            while True:
+                await trio.sleep(after / 2)
+                now = trio.current_time()
+                for actor in list(self._actors.values()):
+                    since = actor.idle_since
+                    if since is not None and now - since >= after:
+                        actor.poke()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._janitor_scope.cancel()
+        for actor in list(self._actors.values()):
+            actor.request_stop()
+
+
+@asynccontextmanager
+async def open_hub(
+    store: EventStore,
+    provider: Provider,
+    *,
+    model: str,
+    system: str = "",
+    policy: HistoryPolicy | None = None,
+    on_busy: OnBusy = "reject",
+    max_request_bytes: int | None = None,
+    turn_deadline: float | None = 60.0,
+    idle_timeout: float | None = 30.0,
+    passivate_after: float | None = 300.0,
+    mailbox_size: int = 16,
+    shutdown_grace: float = 5.0,
+    clock: Callable[[], float] = time.time,
+) -> AsyncIterator[Hub]:
+    """Run session actors for ``store`` and ``provider`` while the context is open.
+
+    Args:
+        store: where every session's events go (the hub does not close it).
+        provider: the model server; its ``encoder`` measures request budgets.
+        model, system, policy, on_busy: the settings of sessions the hub
+            creates (see :meth:`Hub.open_session` for others). ``policy``
+            defaults to :class:`~turnledger.events.Ledger`; ``on_busy`` is
+            ``"reject"`` (a Submit while a turn is in flight is refused) or
+            ``"supersede"`` (it discards the turn in flight and goes ahead).
+        max_request_bytes: cap on the encoded request body; ``None`` for none.
+        turn_deadline: seconds a turn may take in all (``Timeout "deadline"``).
+        idle_timeout: seconds without progress (response start or delta)
+            before a turn is discarded (``Timeout "idle"``).
+        passivate_after: seconds without messages after which an idle
+            session's actor stops (checked every ``passivate_after / 2``
+            seconds); it comes back by replay when addressed.
+        mailbox_size: messages a session queues before senders wait.
+        shutdown_grace: seconds each actor may take, on exit, to write the
+            ``interrupted`` discards (even if the exit is a cancellation).
+        clock: wall clock for events' ``recorded_at`` (injectable for tests).
+
+    On exit every actor stops: queued questions are refused with
+    :class:`~turnledger.SessionClosed`, queued results are still handled,
+    turns in flight are discarded as ``interrupted``, request tasks are
+    cancelled. An exception from the body propagates unwrapped.
+    """
+    config = _Config(
+        start=Start(system, model, Ledger() if policy is None else policy, on_busy),
+        max_request_bytes=max_request_bytes,
+        turn_deadline=turn_deadline,
+        idle_timeout=idle_timeout,
+        passivate_after=passivate_after,
+        mailbox_size=mailbox_size,
+        shutdown_grace=shutdown_grace,
+        clock=clock,
+    )
+    unwrapped: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            hub = Hub(nursery, store, provider, config)
+            try:
+                yield hub
+            finally:
+                hub._close()
+    except BaseExceptionGroup as group:
+        # Actors never raise into the nursery, so a lone exception is the
+        # body's own: give it back as it was raised.
+        if len(group.exceptions) != 1:
+            raise
+        unwrapped = group.exceptions[0]
+    if unwrapped is not None:
+        raise unwrapped

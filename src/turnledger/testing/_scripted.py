@@ -1,0 +1,254 @@
+"""An in-process provider that plays a script per request.
+
+It implements :class:`~turnledger.sessions.Provider` with no network, so
+tests of code built on the hub can force every race::
+
+    provider = ScriptedProvider(lambda req: [Chunk("Hel"), Chunk("lo"), Finish()])
+
+A script is a function of the :class:`~turnledger.sessions.ChatRequest`
+returning the steps (a list, any iterable, or an async iterable such as a
+trio memory channel). With ``steered=True`` every request instead reads its
+steps from a channel the test holds (:meth:`ScriptedProvider.steer`), so the
+test decides, step by step and across sessions, what each provider does and
+when. :class:`InSequence` places a step at a position of a
+:class:`trio.testing.Sequencer`.
+
+Steps:
+
+- :class:`Begin` — the server accepted the request (``sink.started()``).
+  ``Chunk`` and ``Finish`` begin first if nothing did.
+- :class:`Chunk` — a preview delta, optionally after a delay.
+- :class:`Pause` — sleep (use with ``autojump_clock``).
+- :class:`Hook` / :class:`InSequence` — await a test's function.
+- :class:`Finish` — return a completion (default answer: the chunks so far).
+- :class:`Fail` — raise :class:`~turnledger.ProviderError` with a reason.
+- :class:`Hang` — wait until cancelled.
+
+A script that runs out of steps fails with reason ``incomplete_stream``.
+The provider records each request, and in ``closed`` every request whose
+``complete()`` exited (the equivalent of closing the HTTP response), with
+those that exited by cancellation also in ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from typing import Any, TypeAlias
+
+import attrs
+import trio
+import trio.testing
+
+from .._errors import ProviderError
+from ..events import RequestId, Usage
+from ..sessions import ChatRequest, Completion, JsonChatEncoder, RequestEncoder, StreamSink
+
+__all__ = [
+    "Begin",
+    "Chunk",
+    "Fail",
+    "Finish",
+    "Hang",
+    "Hook",
+    "InSequence",
+    "Pause",
+    "Script",
+    "ScriptedProvider",
+    "Step",
+    "echo_script",
+]
+
+
+@attrs.frozen
+class Begin:
+    """The server accepted the request: ``await sink.started()``."""
+
+
+@attrs.frozen
+class Chunk:
+    """A delta of preview text, after ``delay`` seconds."""
+
+    text: str
+    delay: float = 0.0
+
+
+@attrs.frozen
+class Pause:
+    """Sleep for ``seconds``."""
+
+    seconds: float
+
+
+@attrs.frozen
+class Hook:
+    """Await ``fn(request)`` (any test code: an Event, a Sequencer, a check)."""
+
+    fn: Callable[[ChatRequest], Awaitable[Any]]
+
+
+@attrs.frozen
+class InSequence:
+    """Pass through position ``position`` of ``sequencer``."""
+
+    sequencer: trio.testing.Sequencer
+    position: int
+
+
+@attrs.frozen
+class Finish:
+    """Return a completion. ``answer=None`` joins the chunks sent so far."""
+
+    answer: str | None = None
+    finish_reason: str | None = "stop"
+    usage: Usage | None = None
+
+
+@attrs.frozen
+class Fail:
+    """Raise ``ProviderError(detail, reason=reason)``."""
+
+    reason: str
+    detail: str = ""
+
+
+@attrs.frozen
+class Hang:
+    """Wait until cancelled."""
+
+
+Step: TypeAlias = Begin | Chunk | Pause | Hook | InSequence | Finish | Fail | Hang
+Script: TypeAlias = Callable[[ChatRequest], Iterable[Step] | AsyncIterable[Step]]
+
+
+def echo_script(request: ChatRequest) -> list[Step]:
+    """The default script: streams ``echo: <the question>`` and finishes."""
+    question = request.messages[-1].content
+    return [Begin(), Chunk("echo: "), Chunk(question), Finish()]
+
+
+class ScriptedProvider:
+    """A :class:`~turnledger.sessions.Provider` that plays scripts.
+
+    Args:
+        script: steps per request (default :func:`echo_script`).
+        steered: read each request's steps from :meth:`steer` instead.
+        encoder: the request encoder budgets are measured with
+            (default :class:`~turnledger.sessions.JsonChatEncoder`).
+    """
+
+    def __init__(
+        self,
+        script: Script | None = None,
+        *,
+        steered: bool = False,
+        encoder: RequestEncoder | None = None,
+    ) -> None:
+        self._script: Script = echo_script if script is None else script
+        self._steered = steered
+        self._encoder: RequestEncoder = JsonChatEncoder() if encoder is None else encoder
+        self._channels: dict[
+            str, tuple[trio.MemorySendChannel[Step], trio.MemoryReceiveChannel[Step]]
+        ] = {}
+        #: Every request received, in order.
+        self.requests: list[ChatRequest] = []
+        #: Request ids whose ``complete()`` exited, however (the response closed).
+        self.closed: list[RequestId] = []
+        #: Request ids whose ``complete()`` exited by cancellation.
+        self.cancelled: list[RequestId] = []
+        #: ``complete()`` calls in progress.
+        self.open = 0
+
+    @classmethod
+    def instant(cls, answer: str = "ok") -> ScriptedProvider:
+        """Answers ``answer`` at once (one ``started()``, no deltas)."""
+        steps = (Finish(answer),)
+        return cls(lambda _request: steps)
+
+    @property
+    def encoder(self) -> RequestEncoder:
+        return self._encoder
+
+    def steer(self, request_id: str) -> trio.MemorySendChannel[Step]:
+        """The channel feeding request ``request_id`` (``steered=True``).
+
+        May be called before the request arrives; the buffer is unbounded, so
+        ``send_nowait`` always works. Closing it ends the script.
+        """
+        pair = self._channels.get(request_id)
+        if pair is None:
+            pair = self._channels[request_id] = trio.open_memory_channel[Step](math.inf)
+        return pair[0]
+
+    async def complete(self, request: ChatRequest, sink: StreamSink) -> Completion:
+        """Play the request's script. See the module docstring."""
+        rid = request.request_id
+        self.requests.append(request)
+        self.open += 1
+        run = _Run(sink)
+        try:
+            await trio.lowlevel.checkpoint()
+            if self._steered:
+                self.steer(rid)
+                steps: Iterable[Step] | AsyncIterable[Step] = self._channels[rid][1]
+            else:
+                steps = self._script(request)
+            if isinstance(steps, AsyncIterable):
+                async for step in steps:
+                    done = await run.play(step, request)
+                    if done is not None:
+                        return done
+            else:
+                for step in steps:
+                    done = await run.play(step, request)
+                    if done is not None:
+                        return done
+            raise ProviderError("the script ended without a result", reason="incomplete_stream")
+        except trio.Cancelled:
+            self.cancelled.append(rid)
+            raise
+        finally:
+            self.open -= 1
+            self.closed.append(rid)
+
+
+class _Run:
+    __slots__ = ("begun", "parts", "sink")
+
+    def __init__(self, sink: StreamSink) -> None:
+        self.sink = sink
+        self.begun = False
+        self.parts: list[str] = []
+
+    async def _begin(self) -> None:
+        if not self.begun:
+            self.begun = True
+            await self.sink.started()
+
+    async def play(self, step: Step, request: ChatRequest) -> Completion | None:
+        if isinstance(step, Begin):
+            await self._begin()
+        elif isinstance(step, Chunk):
+            if step.delay:
+                await trio.sleep(step.delay)
+            await self._begin()
+            self.parts.append(step.text)
+            await self.sink.delta(step.text)
+        elif isinstance(step, Pause):
+            await trio.sleep(step.seconds)
+        elif isinstance(step, Hook):
+            await step.fn(request)
+        elif isinstance(step, InSequence):
+            async with step.sequencer(step.position):
+                pass
+        elif isinstance(step, Finish):
+            await self._begin()
+            answer = "".join(self.parts) if step.answer is None else step.answer
+            return Completion(answer, step.finish_reason, step.usage)
+        elif isinstance(step, Fail):
+            raise ProviderError(step.detail or step.reason, reason=step.reason)
+        elif isinstance(step, Hang):
+            await trio.sleep_forever()
+        else:
+            raise TypeError(f"not a script step: {step!r}")
+        return None

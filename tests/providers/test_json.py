@@ -1,0 +1,166 @@
+"""Layer 3: SSE data / NDJSON lines -> strict JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from turnledger import DecodeError
+from turnledger.adapters.providers import loads_strict
+
+
+def _stdlib_has_duplicates(text: str) -> bool:
+    found = False
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal found
+        d = dict(pairs)
+        found = found or len(d) != len(pairs)
+        return d
+
+    json.loads(text, object_pairs_hook=hook)
+    return found
+
+
+ACCEPTED = {
+    '{"a":1}': {"a": 1},
+    ' \t\r\n{"a" : [1, 2.5, -0, 1e-3, true, false, null]} \n': {
+        "a": [1, 2.5, 0, 0.001, True, False, None]
+    },
+    '{"a:b":"c:d","e":"\\":"}': {"a:b": "c:d", "e": '":'},
+    '{"k":"\\u003a"}': {"k": ":"},
+    '{"emoji":"\\ud83c\\udf31","raw":"🌱"}': {"emoji": "🌱", "raw": "🌱"},
+    '{"a":{"a":{"a":1}}}': {"a": {"a": {"a": 1}}},  # same key, different objects
+    '"just a string"': "just a string",
+    "[]": [],
+    '{"s":"[[[[[[[[[[[[[[[[[[[[{{{{{{{{{{"}': {"s": "[[[[[[[[[[[[[[[[[[[[{{{{{{{{{{"},
+}
+
+
+@pytest.mark.parametrize("text", ACCEPTED.keys())
+def test_accepts_strict_json(text: str) -> None:
+    assert loads_strict(text) == ACCEPTED[text]
+
+
+REFUSED = {
+    "duplicate": '{"a":1,"a":2}',
+    "duplicate_nested": '{"x":{"b":1,"b":1}}',
+    "duplicate_in_array": '[{"b":1},{"c":1,"c":2}]',
+    "duplicate_with_spaces": '{"a" : 1 , "a" : 2}',
+    "duplicate_hiding_colons": '{"a":{"k":"1:2:3"},"a":"x"}',
+    "duplicate_with_colon_escape": '{"a":"\\u003a","a":1}',
+    "duplicate_escaped_key": '{"a":1,"\\u0061":2}',
+    "trailing_object": '{"a":1}{"b":2}',
+    "trailing_text": '{"a":1} x',
+    "trailing_comma": '{"a":1,}',
+    "nan": '{"a":NaN}',
+    "infinity": '{"a":Infinity}',
+    "minus_infinity": '{"a":-Infinity}',
+    "overflow": '{"a":1e999}',
+    "lone_surrogate": '{"a":"\\ud800"}',
+    "lone_low_surrogate": '{"a":"\\udc00x"}',
+    "single_quotes": "{'a':1}",
+    "comment": '{"a":1 /* no */}',
+    "leading_zero": '{"a":01}',
+    "control_char": '{"a":"\x01"}',
+    "bom": '\ufeff{"a":1}',
+    "empty": "",
+    "depth_17_arrays": "[" * 17 + "]" * 17,
+    "depth_17_objects": '{"a":' * 17 + "1" + "}" * 17,
+    "depth_17_mixed": '[{"a":' * 8 + "[]" + "}]" * 8,
+    "very_deep": "[" * 5000 + "]" * 5000,
+}
+
+
+@pytest.mark.parametrize("text", REFUSED.values(), ids=REFUSED.keys())
+def test_refuses(text: str) -> None:
+    with pytest.raises(DecodeError) as info:
+        loads_strict(text)
+    assert info.value.reason == "malformed"
+
+
+def test_depth_16_is_allowed_and_the_limit_is_configurable() -> None:
+    assert loads_strict("[" * 16 + "]" * 16) is not None
+    assert loads_strict('{"a":' * 15 + "[]" + "}" * 15) is not None
+    with pytest.raises(DecodeError, match="deeper than 3"):
+        loads_strict("[[[[]]]]", max_depth=3)
+    assert loads_strict("[[[]]]", max_depth=3) == [[[]]]
+
+
+def test_messages_never_quote_the_input() -> None:
+    with pytest.raises(DecodeError) as info:
+        loads_strict('{"secret-token-123": 1, "secret-token-123": 2}')
+    assert "secret" not in str(info.value)
+    with pytest.raises(DecodeError) as info:
+        loads_strict('{"a": secret}')
+    assert "secret" not in str(info.value)
+
+
+# JSON values, with keys that exercise colons, quotes and escapes.
+KEYS = st.text(alphabet=st.sampled_from('ab:"\\é🌱 '), max_size=4)
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.sampled_from('x:"\\{[é🌱\n'), max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _depth(v: Any) -> int:
+    if isinstance(v, dict):
+        return 1 + max((_depth(x) for x in v.values()), default=0)
+    if isinstance(v, list):
+        return 1 + max((_depth(x) for x in v), default=0)
+    return 0
+
+
+@given(JSON, st.booleans(), st.booleans())
+def test_round_trips_whatever_the_writer(value: Any, ascii_only: bool, spaced: bool) -> None:
+    text = json.dumps(
+        value, ensure_ascii=ascii_only, separators=(", ", " : ") if spaced else (",", ":")
+    )
+    if _depth(value) > 16:
+        with pytest.raises(DecodeError):
+            loads_strict(text)
+        return
+    parsed = loads_strict(text)
+    assert json.dumps(parsed, sort_keys=True) == json.dumps(value, sort_keys=True) or (
+        # floats may differ in the last digit between parsers
+        isinstance(value, float) and math.isclose(parsed, value)
+    )
+
+
+@given(st.dictionaries(KEYS, JSON, min_size=1, max_size=4), st.data())
+def test_a_duplicated_key_is_always_found(obj: dict[str, Any], data: st.DataObject) -> None:
+    key = data.draw(st.sampled_from(sorted(obj)))
+    value = data.draw(JSON)
+    body = json.dumps(obj, ensure_ascii=data.draw(st.booleans()))
+    dup = body[:-1] + ("," if obj else "") + json.dumps(key) + ":" + json.dumps(value) + "}"
+    assert _stdlib_has_duplicates(dup)
+    with pytest.raises(DecodeError):
+        loads_strict(dup, max_depth=64)
+
+
+@given(st.text(max_size=60))
+def test_arbitrary_text_raises_only_decode_error(text: str) -> None:
+    with contextlib.suppress(DecodeError):
+        loads_strict(text)
+
+
+@given(st.text(alphabet=st.sampled_from('{}[]:,"\\u003a 01tfn'), max_size=40))
+def test_json_like_noise_agrees_with_the_stdlib_on_duplicates(text: str) -> None:
+    try:
+        value = loads_strict(text, max_depth=64)
+    except DecodeError:
+        return
+    assert not _stdlib_has_duplicates(text)
+    assert value == json.loads(text)
