@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,11 @@ import turnledger
 
 SRC = Path(turnledger.__file__).parent
 FORBIDDEN = {"trio", "httpx", "h11", "sqlite3", "structlog", "psycopg", "psycopg_pool", "socket"}
+
+# What must not even be loaded. (socket is in FORBIDDEN for direct imports
+# only: the standard library's email.utils, used to parse Retry-After dates,
+# loads it without doing any I/O.)
+LOADED_FORBIDDEN = FORBIDDEN - {"socket"}
 
 PURE = [
     "turnledger._errors",
@@ -26,6 +33,17 @@ PURE = [
     "turnledger.sessions._request",
     "turnledger.sessions._ports",
     "turnledger.sessions._diagram",
+    "turnledger.sessions._results",
+    "turnledger.sse",
+    "turnledger.adapters.providers._utf8",
+    "turnledger.adapters.providers._sse",
+    "turnledger.adapters.providers._json",
+    "turnledger.adapters.providers._ndjson",
+    "turnledger.adapters.providers._limits",
+    "turnledger.adapters.providers._stream",
+    "turnledger.adapters.providers._openai_chunks",
+    "turnledger.adapters.providers._ollama_chunks",
+    "turnledger.adapters.providers._retry",
 ]
 
 
@@ -95,3 +113,19 @@ def test_sessions_never_import_adapters() -> None:
         assert not any(
             i.startswith(("turnledger.adapters", "turnledger.sessions")) for i in _imports(module)
         ), module
+
+
+def test_importing_the_pure_modules_loads_no_io_library() -> None:
+    # The AST walk above sees import statements; this sees what Python really
+    # loads, package __init__ files included, in a fresh interpreter.
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in PURE)
+        + f"print(sorted(m for m in {sorted(LOADED_FORBIDDEN)!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    # and the check can fail: the runtime does load trio
+    code = "import sys, turnledger.sessions as s; s.open_hub; print('trio' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"

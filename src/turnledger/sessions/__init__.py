@@ -1,11 +1,15 @@
 """Sessions: the pure state machine and projection, and the trio runtime.
 
 The pure part (``decide``, ``evolve``, ``replay``, the projection and the
-request encoder) imports no trio, httpx, sqlite3 or structlog.
+request encoder) imports no trio, httpx, sqlite3 or structlog. The runtime
+(``open_hub`` and its types) is imported lazily, on first use, so that
+importing the pure part never loads trio.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from ._history import History, Outcome, Outcomes, Turn
-from ._hub import Hub, HubStatistics, TurnHandle, open_hub
 from ._machine import (
     EVENT_TRANSITIONS,
     TRANSITIONS,
@@ -40,6 +44,9 @@ from ._ports import ChatRequest, Completion, Provider, StreamSink
 from ._projection import Budget, Plan, build_messages, naive_plan, plan
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, Role
 from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult
+
+if _TYPE_CHECKING:
+    from ._hub import Hub, HubStatistics, TurnHandle, open_hub
 
 __all__ = [
     "EVENT_TRANSITIONS",
@@ -94,3 +101,15 @@ __all__ = [
     "replay",
     "request_messages",
 ]
+
+_LAZY = {"Hub", "HubStatistics", "TurnHandle", "open_hub"}
+
+
+def __getattr__(name: str) -> _Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import _hub
+
+    value = getattr(_hub, name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,185 @@
+"""The command line, run as a user runs it: real processes, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def tl(
+    *args: str, cwd: Path, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnledger", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_demo_runs_end_to_end_and_replays(tmp_path: Path) -> None:
+    r = tl("demo", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    db = tmp_path / "turnledger-demo.db"
+    assert db.exists() and str(db) in out
+    for expected in (
+        "outcome: committed",
+        "reason=timeout",
+        "dropped to fit",
+        "history unchanged by the trim and the timeout: yes",
+        "reason=cancelled",
+        "reason=http_status: HTTP 429",
+        "reason=incomplete_finish: finish_reason=length",
+        "recorded as completion_ignored",
+        "replayed history matches the live session (2 turns)",
+    ):
+        assert expected in out, expected
+    # the error body never reaches the transcript, the logs or the log file
+    assert "/srv/app/limits.py" not in out + r.stderr
+    assert b"/srv/app/limits.py" not in db.read_bytes()
+    # and the file tells the same story to `log` and `replay`
+    log = tl("log", str(db), "--json", cwd=tmp_path)
+    rows = [json.loads(line) for line in log.stdout.splitlines()]
+    tags = [row["event"] for row in rows]
+    assert tags.count("turn_committed") == 2
+    assert "completion_ignored" in tags
+    late = next(row for row in rows if row["event"] == "completion_ignored")
+    assert late["late_by"] > 0.3
+    reasons = {row["reason"] for row in rows if row["event"] == "turn_discarded"}
+    assert reasons == {"timeout", "cancelled", "http_status", "incomplete_finish"}
+    replay = tl("replay", str(db), "--json", cwd=tmp_path)
+    (session,) = [json.loads(line) for line in replay.stdout.splitlines()]
+    assert len(session["turns"]) == 2
+
+
+def test_chat_through_a_pipe_commits_two_turns(tmp_path: Path) -> None:
+    r = tl("chat", "--db", "x.db", cwd=tmp_path, stdin="q1\nq2\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "(loopback) You said: 'q1'. The request held 0 earlier turn(s).",
+        "(loopback) You said: 'q2'. The request held 1 earlier turn(s).",
+    ]
+    replay = tl("replay", "x.db", "--json", cwd=tmp_path)
+    assert replay.returncode == 0
+    (session,) = [json.loads(line) for line in replay.stdout.splitlines()]
+    assert [t["question"] for t in session["turns"]] == ["q1", "q2"]
+    assert session["session_id"] == "chat" and session["phase"] == "committed"
+    log = tl("log", "x.db", cwd=tmp_path)
+    assert log.returncode == 0
+    lines = log.stdout.splitlines()
+    # every event: session_started + 2 x (submitted, started, committed)
+    assert sum(" turn_committed " in line for line in lines) == 2
+    assert sum(" turn_submitted " in line for line in lines) == 2
+    assert sum(" stream_started " in line for line in lines) == 2
+    assert any(" session_started " in line for line in lines)
+    # a second chat continues the same session: history is carried
+    r2 = tl("chat", "--db", "x.db", cwd=tmp_path, stdin="q3\n")
+    assert "held 2 earlier turn(s)" in r2.stdout
+    sessions = tl("sessions", "x.db", "--json", cwd=tmp_path)
+    (summary,) = [json.loads(line) for line in sessions.stdout.splitlines()]
+    assert (summary["turns"], summary["last_outcome"]) == (3, "committed")
+
+
+def test_chat_over_a_journal_and_replay_at_an_earlier_event(tmp_path: Path) -> None:
+    r = tl("chat", "--db", "x.jsonl", "--session", "j", cwd=tmp_path, stdin="one\ntwo\n")
+    assert r.returncode == 0, r.stderr
+    # after the first commit (seq 4) the history held one turn
+    at = tl("replay", "x.jsonl", "--at", "4", "--json", cwd=tmp_path)
+    (state,) = [json.loads(line) for line in at.stdout.splitlines()]
+    assert [t["question"] for t in state["turns"]] == ["one"] and state["version"] == 4
+    for line in (tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines():
+        json.loads(line)  # jq-friendly: one JSON object per line
+
+
+def test_rejected_and_failed_turns_exit_1_and_keep_history(tmp_path: Path) -> None:
+    big = "x" * 500
+    r = tl("chat", "--db", "x.db", "--max-request-bytes", "300", cwd=tmp_path, stdin=f"ok\n{big}\n")
+    assert r.returncode == 1
+    assert "rejected, reason=over_budget" in r.stderr
+    replay = tl("replay", "x.db", "--json", cwd=tmp_path)
+    assert len(json.loads(replay.stdout)["turns"]) == 1
+
+
+def test_exit_codes_for_scripts(tmp_path: Path) -> None:
+    assert tl("replay", "missing.db", cwd=tmp_path).returncode == 4
+    assert tl("log", "missing.jsonl", cwd=tmp_path).returncode == 4
+    assert tl("replay", "--bogus", cwd=tmp_path).returncode == 2
+    (tmp_path / "garbage.db").write_bytes(b"this is not a database" * 100)
+    bad = tl("replay", "garbage.db", cwd=tmp_path)
+    assert bad.returncode == 3 and "garbage.db" in bad.stderr
+    tl("chat", "--db", "x.db", cwd=tmp_path, stdin="q\n")
+    assert tl("log", "x.db", "--request", "nope", cwd=tmp_path).returncode == 4
+    assert tl("replay", "x.db", "--session", "nope", cwd=tmp_path).returncode == 4
+    for command in ("demo", "chat", "replay", "log", "sessions"):
+        h = tl(command, "--help", cwd=tmp_path)
+        assert h.returncode == 0 and "usage: turnledger" in h.stdout
+
+
+def test_ctrl_c_cancels_the_turn_and_keeps_the_chat_open(tmp_path: Path) -> None:
+    # A server that streams slowly: Ctrl-C lands mid-answer.
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import sys, time\n"
+        "from turnledger.testing import LoopbackServer, chat_responder\n"
+        "answer = lambda messages: 'a slow answer ' * 40\n"
+        "server = LoopbackServer(chat_responder(answer, chunk_size=2, pause=0.02))\n"
+        "with server.start_in_thread() as s:\n"
+        "    print(s.openai_base_url, flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    server = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        base_url = server.stdout.readline().strip()
+        chat = subprocess.Popen(
+            [sys.executable, "-m", "turnledger", "chat", "--db", "c.db", "--model", "m",
+             "--base-url", base_url],
+            cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        assert chat.stdin is not None and chat.stdout is not None
+        chat.stdin.write("first question\n")
+        chat.stdin.flush()
+        assert chat.stdout.read(10) == "a slow ans"  # the answer is streaming
+        chat.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert chat.poll() is None, "Ctrl-C during a turn must not end the chat"
+        _, err = chat.communicate("second question\n", timeout=60)
+        assert chat.returncode == 1  # one turn did not commit
+        assert "discarded, reason=cancelled" in err
+    finally:
+        server.communicate("", timeout=30)
+    replay = tl("replay", "c.db", "--json", cwd=tmp_path)
+    (state,) = [json.loads(line) for line in replay.stdout.splitlines()]
+    assert [t["question"] for t in state["turns"]] == ["second question"]
+
+
+def test_ctrl_c_at_the_prompt_exits_cleanly(tmp_path: Path) -> None:
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "turnledger", "chat", "--db", "c.db"],
+        cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)  # started, waiting for a line
+        chat.send_signal(signal.SIGINT)
+        _, err = chat.communicate(timeout=30)
+    finally:
+        chat.kill()
+    assert chat.returncode == 0, err
+    assert "Traceback" not in err
