@@ -77,22 +77,23 @@ async def test_three_turns_commit_the_same_way_over_both_protocols(
 async def test_cancel_through_the_hub_closes_the_connection() -> None:
     body = (*openai_sse_chunks("streaming", finish_reason=None, done=False), Stall())
     store = MemoryStore()
-    async with open_loopback_server(Reply(body=body)) as server:
-        async with OpenAIChat(base_url=server.openai_base_url) as provider, open_hub(
-            store, provider, model="m"
-        ) as hub:  # fmt: skip
-            turn = await hub.submit("s", "q")
-            async for delta in turn.preview():
-                if delta:
-                    break
-            result = await turn.cancel()
-            assert isinstance(result, DiscardedResult) and result.reason == "cancelled"
-            assert result.preview_chars > 0
-            exchange = server.exchanges[0]
-            await exchange.wait_ended()
-            assert exchange.client_disconnected and not exchange.completed
-            assert hub.statistics().requests == 0
-            assert await hub.history("s") == ()
+    async with (
+        open_loopback_server(Reply(body=body)) as server,
+        OpenAIChat(base_url=server.openai_base_url) as provider,
+        open_hub(store, provider, model="m") as hub,
+    ):
+        turn = await hub.submit("s", "q")
+        async for delta in turn.preview():
+            if delta:
+                break
+        result = await turn.cancel()
+        assert isinstance(result, DiscardedResult) and result.reason == "cancelled"
+        assert result.preview_chars > 0
+        exchange = server.exchanges[0]
+        await exchange.wait_ended()
+        assert exchange.client_disconnected and not exchange.completed
+        assert hub.statistics().requests == 0
+        assert await hub.history("s") == ()
 
 
 SECRET_KEY = "sk-SENTINEL-KEY-0123456789"
