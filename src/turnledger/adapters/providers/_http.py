@@ -20,7 +20,8 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from types import TracebackType
+from typing import Any, ClassVar, Self
 
 import httpx
 import structlog
@@ -28,6 +29,7 @@ import trio
 
 from ..._errors import DecodeError, ProviderError, StreamProtocolError
 from ...sessions._ports import ChatRequest, Completion, StreamSink
+from ...sessions._request import JsonChatEncoder
 from ._limits import StreamLimits
 from ._retry import RetryPolicy
 from ._stream import BodyDecoder, ResponseDecoder, _safe
@@ -247,3 +249,121 @@ class ChatTransport:
             finish_reason=_safe(completion.finish_reason),
         )
         return completion
+
+
+_OWNED_FIELDS = ("model", "messages", "stream")
+
+
+def merge_extra(fields: dict[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Add ``extra`` request fields to ``fields``, refusing the ones the session sets."""
+    for key, value in (extra or {}).items():
+        if key in _OWNED_FIELDS:
+            msg = f"extra field {key!r} is set by the session, not the provider"
+            raise ValueError(msg)
+        fields[key] = value
+    return fields
+
+
+class HTTPChatProvider:
+    """What the HTTP providers share: the client, the transport, the encoder,
+    ``complete()``, closing. Subclasses say which endpoint and decoders."""
+
+    _name: ClassVar[str]
+    _stream_media_type: ClassVar[str]
+    _stream_decoder: ClassVar[type[ResponseDecoder]]
+    _json_decoder: ClassVar[type[ResponseDecoder]]
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        api_key: str | None,
+        stream: bool,
+        fields: Mapping[str, Any],
+        headers: Mapping[str, str] | None,
+        timeout: httpx.Timeout | float | None,
+        limits: StreamLimits | None,
+        retry: RetryPolicy | None,
+        read_size: int | None,
+        client: httpx.AsyncClient | None,
+        trust_env: bool,
+    ) -> None:
+        self._stream = stream
+        self._encoder = JsonChatEncoder(stream=stream, extra=fields)
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=trust_env)
+        self._limits = limits or StreamLimits()
+        self._media_types = (self._stream_media_type if stream else "application/json",)
+        self._transport = ChatTransport(
+            provider=self._name,
+            url=url,
+            headers={
+                "Content-Type": "application/json",
+                "Accept": self._media_types[0],
+                **(headers or {}),
+            },
+            api_key=Secret(api_key) if api_key else None,
+            client=self._client,
+            limits=self._limits,
+            retry=retry,
+            read_size=read_size,
+        )
+
+    @property
+    def encoder(self) -> JsonChatEncoder:
+        """The encoder whose bytes are sent; the projection measures with it."""
+        return self._encoder
+
+    @property
+    def url(self) -> str:
+        return self._transport.url
+
+    @property
+    def limits(self) -> StreamLimits:
+        return self._limits
+
+    async def complete(self, request: ChatRequest, sink: StreamSink) -> Completion:
+        """Send ``request``; stream the answer's text into ``sink``.
+
+        ``sink.started()`` is awaited once the server answered 2xx with the
+        right media type; ``sink.delta(text)`` for every non-empty piece of
+        content, in order (once, with the whole answer, when not streaming).
+
+        Returns:
+            The completion once the stream ended well formed; the session
+            judges its finish reason.
+
+        Raises:
+            ProviderError: ``exc.reason`` is one of
+                :data:`turnledger.events.DISCARD_REASONS` (``http_status``,
+                ``timeout``, ``transport``, ``protocol``, ``malformed``,
+                ``incomplete_stream``, ``provider_error``, ``limit``);
+                ``str(exc)`` is a short detail without secrets or bodies.
+
+        Cancellation: closes the response and its connection (the server
+        sees the disconnect); no result.
+        """
+        body = self._encoder.encode(request.model, request.messages)
+        decoder = self._stream_decoder if self._stream else self._json_decoder
+        return await self._transport.post(
+            request, body, sink, media_types=self._media_types, decoder=decoder
+        )
+
+    async def aclose(self) -> None:
+        """Close the owned HTTP client (a client passed in is left open)."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self.url!r}, stream={self._stream})"

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 import httpx
 
-from ...sessions._ports import ChatRequest, Completion, StreamSink
-from ...sessions._request import JsonChatEncoder
-from ._http import ChatTransport, Secret
+from ._http import HTTPChatProvider, merge_extra
 from ._limits import StreamLimits
 from ._ollama_chunks import OllamaResponseDecoder, OllamaStreamDecoder
 from ._retry import RetryPolicy
@@ -22,9 +19,6 @@ __all__ = ["DEFAULT_OLLAMA_TIMEOUT", "OllamaChat"]
 #: before the first byte; hence a longer read timeout than for hosted APIs.
 DEFAULT_OLLAMA_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=30.0, pool=10.0)
 
-_OWNED = ("model", "messages", "stream")
-
-
 def _base_url(value: str | None) -> str:
     base = value or os.environ.get("OLLAMA_HOST") or "http://127.0.0.1:11434"
     if "://" not in base:
@@ -32,7 +26,7 @@ def _base_url(value: str | None) -> str:
     return base.rstrip("/")
 
 
-class OllamaChat:
+class OllamaChat(HTTPChatProvider):
     """A :class:`~turnledger.sessions.Provider` for Ollama's ``/api/chat``.
 
     Streams ``application/x-ndjson`` through the same byte and UTF-8 layers
@@ -53,6 +47,11 @@ class OllamaChat:
             timeout is :data:`DEFAULT_OLLAMA_TIMEOUT`).
     """
 
+    _name = "ollama"
+    _stream_media_type = "application/x-ndjson"
+    _stream_decoder = OllamaStreamDecoder
+    _json_decoder = OllamaResponseDecoder
+
     def __init__(
         self,
         *,
@@ -70,84 +69,21 @@ class OllamaChat:
         client: httpx.AsyncClient | None = None,
         trust_env: bool = True,
     ) -> None:
-        key = api_key if api_key is not None else os.environ.get("OLLAMA_API_KEY")
         fields: dict[str, Any] = {}
         if options is not None:
             fields["options"] = dict(options)
         if keep_alive is not None:
             fields["keep_alive"] = keep_alive
-        for name, value in (extra or {}).items():
-            if name in _OWNED:
-                msg = f"extra field {name!r} is set by the session, not the provider"
-                raise ValueError(msg)
-            fields[name] = value
-        self._stream = stream
-        self._encoder = JsonChatEncoder(stream=stream, extra=fields)
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=trust_env)
-        self._limits = limits or StreamLimits()
-        accept = "application/x-ndjson" if stream else "application/json"
-        self._transport = ChatTransport(
-            provider="ollama",
+        super().__init__(
             url=_base_url(base_url) + "/api/chat",
-            headers={"Content-Type": "application/json", "Accept": accept, **(headers or {})},
-            api_key=Secret(key) if key else None,
-            client=self._client,
-            limits=self._limits,
+            api_key=api_key if api_key is not None else os.environ.get("OLLAMA_API_KEY"),
+            stream=stream,
+            fields=merge_extra(fields, extra),
+            headers=headers,
+            timeout=timeout,
+            limits=limits,
             retry=retry,
             read_size=read_size,
+            client=client,
+            trust_env=trust_env,
         )
-
-    @property
-    def encoder(self) -> JsonChatEncoder:
-        """The encoder whose bytes are sent; the projection measures with it."""
-        return self._encoder
-
-    @property
-    def url(self) -> str:
-        return self._transport.url
-
-    @property
-    def limits(self) -> StreamLimits:
-        return self._limits
-
-    async def complete(self, request: ChatRequest, sink: StreamSink) -> Completion:
-        """Send ``request``; stream the answer's text into ``sink``.
-
-        As :meth:`OpenAIChat.complete <turnledger.adapters.providers.OpenAIChat.complete>`,
-        with media type ``application/x-ndjson`` (``application/json`` when
-        not streaming) and ``done_reason`` as the finish reason.
-
-        Cancellation: closes the response and its connection; no result.
-        """
-        body = self._encoder.encode(request.model, request.messages)
-        if self._stream:
-            return await self._transport.post(
-                request,
-                body,
-                sink,
-                media_types=("application/x-ndjson",),
-                decoder=OllamaStreamDecoder,
-            )
-        return await self._transport.post(
-            request, body, sink, media_types=("application/json",), decoder=OllamaResponseDecoder
-        )
-
-    async def aclose(self) -> None:
-        """Close the owned HTTP client (a client passed in is left open)."""
-        if self._owns_client:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> OllamaChat:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def __repr__(self) -> str:
-        return f"OllamaChat(url={self.url!r}, stream={self._stream})"

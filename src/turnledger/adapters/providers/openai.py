@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import httpx
 
-from ...sessions._ports import ChatRequest, Completion, StreamSink
-from ...sessions._request import JsonChatEncoder
-from ._http import ChatTransport, Secret
+from ._http import HTTPChatProvider, merge_extra
 from ._limits import StreamLimits
 from ._openai_chunks import OpenAIResponseDecoder, OpenAIStreamDecoder
 from ._retry import RetryPolicy
@@ -27,9 +24,6 @@ __all__ = ["DEFAULT_TIMEOUT", "OpenAIChat"]
 #: generate for long send keep-alive comments every 15 s). The overall
 #: deadline of a turn belongs to the session.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=60.0, write=30.0, pool=10.0)
-
-_OWNED = ("model", "messages", "stream")
-
 
 def request_fields(
     *,
@@ -48,15 +42,10 @@ def request_fields(
         fields["stop"] = stop if isinstance(stop, str) else list(stop)
     if stream_options is not None:
         fields["stream_options"] = dict(stream_options)
-    for key, value in (extra or {}).items():
-        if key in _OWNED:
-            msg = f"extra field {key!r} is set by the session, not the provider"
-            raise ValueError(msg)
-        fields[key] = value
-    return fields
+    return merge_extra(fields, extra)
 
 
-class OpenAIChat:
+class OpenAIChat(HTTPChatProvider):
     """A :class:`~turnledger.sessions.Provider` for OpenAI-compatible chat servers.
 
     The model comes from the request (the session's model): the body sent is
@@ -85,6 +74,11 @@ class OpenAIChat:
         trust_env: let an owned client read proxy settings from the environment.
     """
 
+    _name = "openai"
+    _stream_media_type = "text/event-stream"
+    _stream_decoder = OpenAIStreamDecoder
+    _json_decoder = OpenAIResponseDecoder
+
     def __init__(
         self,
         *,
@@ -105,93 +99,22 @@ class OpenAIChat:
         trust_env: bool = True,
     ) -> None:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._stream = stream
-        self._encoder = JsonChatEncoder(
+        super().__init__(
+            url=base.rstrip("/") + "/chat/completions",
+            api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
             stream=stream,
-            extra=request_fields(
+            fields=request_fields(
                 temperature=temperature,
                 max_tokens=max_tokens,
                 stop=stop,
                 stream_options={"include_usage": True} if include_usage and stream else None,
                 extra=extra,
             ),
-        )
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=trust_env)
-        self._limits = limits or StreamLimits()
-        accept = "text/event-stream" if stream else "application/json"
-        self._transport = ChatTransport(
-            provider="openai",
-            url=base.rstrip("/") + "/chat/completions",
-            headers={"Content-Type": "application/json", "Accept": accept, **(headers or {})},
-            api_key=Secret(key) if key else None,
-            client=self._client,
-            limits=self._limits,
+            headers=headers,
+            timeout=timeout,
+            limits=limits,
             retry=retry,
             read_size=read_size,
+            client=client,
+            trust_env=trust_env,
         )
-
-    @property
-    def encoder(self) -> JsonChatEncoder:
-        """The encoder whose bytes are sent; the projection measures with it."""
-        return self._encoder
-
-    @property
-    def url(self) -> str:
-        return self._transport.url
-
-    @property
-    def limits(self) -> StreamLimits:
-        return self._limits
-
-    async def complete(self, request: ChatRequest, sink: StreamSink) -> Completion:
-        """Send ``request``; stream the answer's text into ``sink``.
-
-        ``sink.started()`` is awaited once the server answered 2xx with the
-        right media type (``text/event-stream``, or ``application/json``
-        when not streaming); ``sink.delta(text)`` for every non-empty piece
-        of content, in order (once, with the whole answer, when not
-        streaming).
-
-        Returns:
-            The completion once the stream ended well formed (``[DONE]``
-            after a finish_reason); the session judges its finish_reason.
-
-        Raises:
-            ProviderError: ``exc.reason`` is one of
-                :data:`turnledger.events.DISCARD_REASONS` (``http_status``,
-                ``timeout``, ``transport``, ``protocol``, ``malformed``,
-                ``incomplete_stream``, ``provider_error``, ``limit``);
-                ``str(exc)`` is a short detail without secrets or bodies.
-
-        Cancellation: closes the response and its connection (the server
-        sees the disconnect); no result.
-        """
-        body = self._encoder.encode(request.model, request.messages)
-        if self._stream:
-            return await self._transport.post(
-                request, body, sink, media_types=("text/event-stream",), decoder=OpenAIStreamDecoder
-            )
-        return await self._transport.post(
-            request, body, sink, media_types=("application/json",), decoder=OpenAIResponseDecoder
-        )
-
-    async def aclose(self) -> None:
-        """Close the owned HTTP client (a client passed in is left open)."""
-        if self._owns_client:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> OpenAIChat:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def __repr__(self) -> str:
-        return f"OpenAIChat(url={self.url!r}, stream={self._stream})"
