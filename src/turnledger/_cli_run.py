@@ -247,7 +247,7 @@ class _Demo:
 
             fifth = await self.turn(
                 hub,
-                "5. HTTP 429 (the error body is never read into logs or events)",
+                "5. HTTP 429 (its error body never reaches a log line or an event)",
                 "Are you there?",
                 error_reply(
                     429,

@@ -178,7 +178,14 @@ def _parser() -> argparse.ArgumentParser:
         epilog="DB is a SQLite file, a .jsonl journal, or a postgresql:// DSN.",
     )
     p.add_argument("--version", action="version", version=f"turnledger {__version__}")
-    p.add_argument("-v", "--verbose", action="store_true", help="log one line per message")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="more log lines on stderr: JSON logs carry the transitions and -v adds one line "
+        "per message; a terminal shows warnings, -v the transitions, -vv every message",
+    )
     p.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -213,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = _parser().parse_args(argv)
     from .adapters.logging import configure_logging
 
-    configure_logging(json=True if args.log_json else None, verbose=args.verbose)
+    configure_logging(json=True if args.log_json else None, verbosity=args.verbose)
     try:
         code = trio.run(args.run, args)
     except Exit as exc:

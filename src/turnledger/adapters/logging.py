@@ -17,18 +17,25 @@ __all__ = ["configure_logging"]
 
 
 def configure_logging(
-    *, json: bool | None = None, verbose: bool = False, stream: TextIO | None = None
+    *, json: bool | None = None, verbosity: int = 0, stream: TextIO | None = None
 ) -> None:
     """Send structlog output to ``stream`` (stderr by default).
 
     Args:
         json: JSON lines (for ``jq``) or console lines; ``None`` picks console
             when the stream is a terminal and JSON otherwise.
-        verbose: include debug lines (one per mailbox message).
+        verbosity: JSON lines carry the transitions (info) at 0 and add one
+            line per mailbox message (debug) from 1. A console is meant for a
+            person reading a transcript beside it: warnings only at 0, the
+            transitions at 1, every message from 2.
     """
     out = stream or sys.stderr
     if json is None:
         json = not out.isatty()
+    if json:
+        level = logging.INFO if verbosity <= 0 else logging.DEBUG
+    else:
+        level = (logging.WARNING, logging.INFO)[verbosity] if verbosity < 2 else logging.DEBUG
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer(ensure_ascii=False)
         if json
@@ -42,9 +49,7 @@ def configure_logging(
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.DEBUG if verbose else logging.INFO
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
