@@ -13,15 +13,20 @@ place for inspection.
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import tempfile
 import time
 from pathlib import Path
 
+import structlog
+
 from turnledger.testing._crash import run_trial
 
 
 def main() -> None:
+    # The checks start hubs; their log lines would drown the progress lines.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--store", choices=["sqlite", "journal"], default="sqlite")

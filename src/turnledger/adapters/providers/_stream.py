@@ -19,6 +19,7 @@ the caller delivers the text and then calls :meth:`ResponseDecoder.check`.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from typing import Any
 
 from ..._errors import DecodeError, LimitExceeded, ProviderError, StreamProtocolError
@@ -92,7 +93,7 @@ def usage_from(prompt: Any, completion: Any, total: Any = None) -> Usage:
     return Usage(p, c, t)
 
 
-class ResponseDecoder:
+class ResponseDecoder(ABC):
     """Bytes of one streamed response to preview text and a completion.
 
     Subclasses supply the framing and validation in :meth:`_feed_text` and
@@ -156,11 +157,11 @@ class ResponseDecoder:
             self._error = exc
             raise
 
-    def _feed_text(self, text: str, out: list[str]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _feed_text(self, text: str, out: list[str]) -> None: ...
 
-    def _finish(self) -> Completion:
-        raise NotImplementedError
+    @abstractmethod
+    def _finish(self) -> Completion: ...
 
 
 class BodyDecoder(ResponseDecoder):
@@ -179,5 +180,5 @@ class BodyDecoder(ResponseDecoder):
     def _finish(self) -> Completion:
         return self._parse("".join(self._parts))
 
-    def _parse(self, text: str) -> Completion:
-        raise NotImplementedError
+    @abstractmethod
+    def _parse(self, text: str) -> Completion: ...

@@ -43,6 +43,7 @@ import os
 import queue
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
@@ -190,7 +191,7 @@ def _abort_never(_: Any) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED
 
 
-class _Thread:
+class _Thread(ABC):
     """A thread owning one sqlite3 connection, fed by a queue."""
 
     def __init__(self, name: str) -> None:
@@ -217,8 +218,8 @@ class _Thread:
             else:
                 carry = self.handle(req)
 
-    def handle(self, req: _Request) -> _Request | None:
-        raise NotImplementedError
+    @abstractmethod
+    def handle(self, req: _Request) -> _Request | None: ...
 
 
 class _Writer(_Thread):
