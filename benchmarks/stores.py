@@ -23,6 +23,9 @@ Replay. ``--replay-sessions`` sessions of ``--replay-turns`` turns each
 
 - ``typed``       ``SQLiteStore.read`` + ``DEFAULT_CODEC.decode`` of every event
 - ``typed+fold``  the same, then ``turnledger.sessions.replay`` into a state
+- ``codec alone`` the same SELECT on the calling thread, orjson and
+                  ``DEFAULT_CODEC.from_payload``: the typing without the
+                  store's envelope and thread hop
 - ``bare``        ``SELECT tag, payload`` + ``json.loads`` + a dict fold
                   (question/answer pairs)
 - ``eventsourcing``  ``select_events`` + ``json.loads`` + the same dict fold
@@ -248,6 +251,27 @@ def typed_replay(path: Path, sids: list[str], fold: bool) -> float:
     return trio.run(_typed_replay, path, sids, fold)
 
 
+def direct_replay(path: Path, sids: list[str]) -> float:
+    # The typing alone, without the store: the same SELECT on this thread,
+    # orjson, then the codec's typed decode of each payload; no envelope, no
+    # thread hop. Shows what the store's envelope and hop cost on top.
+    import orjson
+
+    conn = sqlite3.connect(path)
+    from_payload = DEFAULT_CODEC.from_payload
+    loads = orjson.loads
+    t0 = time.perf_counter()
+    for sid in sids:
+        for tag, version, payload in conn.execute(
+            "SELECT tag, schema_version, payload FROM events WHERE session_id = ? ORDER BY seq",
+            (sid,),
+        ):
+            from_payload(tag, version, loads(payload))
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed
+
+
 def bare_replay(path: Path, sids: list[str]) -> float:
     conn = sqlite3.connect(path)
     t0 = time.perf_counter()
@@ -365,6 +389,7 @@ def main() -> None:
         rresults = {
             "typed": med(lambda: typed_replay(path, rsids, False)),
             "typed+fold": med(lambda: typed_replay(path, rsids, True)),
+            "codec alone": med(lambda: direct_replay(path, rsids)),
             "bare": med(lambda: bare_replay(path, rsids)),
             "eventsourcing": med(lambda: es_replay(es_path, rsids)),
         }
@@ -373,6 +398,7 @@ def main() -> None:
         print(f"  {name:14s} {r:10,.0f} events/s  {rresults[name] * 1e6 / n_events:6.2f} µs/event")
     print(f"  typed / bare          {rrate['typed'] / rrate['bare']:6.2f}x   (goal >= 1x)")
     print(f"  typed+fold / bare     {rrate['typed+fold'] / rrate['bare']:6.2f}x")
+    print(f"  codec alone / bare    {rrate['codec alone'] / rrate['bare']:6.2f}x")
     print(f"  eventsourcing / bare  {rrate['eventsourcing'] / rrate['bare']:6.2f}x")
 
 
