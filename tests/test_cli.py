@@ -173,13 +173,19 @@ def test_ctrl_c_at_the_prompt_exits_cleanly(tmp_path: Path) -> None:
     chat = subprocess.Popen(
         [sys.executable, "-m", "turnledger", "chat", "--db", "c.db"],
         cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     try:
-        time.sleep(1.5)  # started, waiting for a line
+        assert chat.stdin is not None and chat.stdout is not None
+        chat.stdin.write("hello\n")
+        chat.stdin.flush()
+        # the answer arrived: the chat is up and back at its prompt
+        assert "You said: 'hello'" in chat.stdout.readline()
         chat.send_signal(signal.SIGINT)
+        # stdin stays open: only the Ctrl-C can end the chat here
+        returncode = chat.wait(timeout=30)
         _, err = chat.communicate(timeout=30)
     finally:
         chat.kill()
-    assert chat.returncode == 0, err
+    assert returncode == 0, err
     assert "Traceback" not in err
