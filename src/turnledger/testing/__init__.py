@@ -11,8 +11,10 @@
 - :class:`MemoryStore`: the in-memory store.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from ..adapters.stores.memory import MemoryStore
-from ._contract import EventStoreContract, sample_events
 from ._loopback import (
     Abort,
     Exchange,
@@ -32,6 +34,7 @@ from ._loopback import (
 )
 from ._loopback import Hang as Stall
 from ._loopback import Pause as WritePause
+from ._samples import sample_events
 from ._scripted import (
     Begin,
     Chunk,
@@ -46,6 +49,9 @@ from ._scripted import (
     Step,
     echo_script,
 )
+
+if _TYPE_CHECKING:
+    from ._contract import EventStoreContract
 
 __all__ = [
     "Abort",
@@ -81,3 +87,14 @@ __all__ = [
     "sample_events",
     "sse_event",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    # The contract suite needs pytest; everything else here must not, so the
+    # command line can use the loopback server without the test extra.
+    if name == "EventStoreContract":
+        from ._contract import EventStoreContract
+
+        globals()[name] = EventStoreContract
+        return EventStoreContract
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

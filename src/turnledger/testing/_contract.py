@@ -26,40 +26,13 @@ from .._errors import ConcurrencyConflict, StoreError
 from ..events import (
     DEFAULT_CODEC,
     WIRE_TAGS,
-    CompletionIgnored,
     Event,
     EventStore,
-    RequestId,
-    SessionStarted,
     StoredEvent,
-    StreamStarted,
-    TurnCommitted,
-    TurnDiscarded,
-    TurnRejected,
-    TurnSubmitted,
-    Usage,
-    Window,
 )
+from ._samples import sample_events
 
-__all__ = ["EventStoreContract", "sample_events"]
-
-_R = RequestId("r-1")
-
-
-def sample_events() -> list[Event]:
-    """One event of every wire tag, with awkward text (CJK, emoji, quotes,
-    backslashes, newlines, control characters and NUL)."""
-    awkward = '你好，"Java" 🌱\\n\nline2\t\x01\x00end'
-    return [
-        SessionStarted(awkward, "gpt-4o-mini", Window(4), "supersede"),
-        TurnSubmitted(_R, awkward, 3, 1, 1234),
-        TurnRejected(RequestId("r-0"), "busy", awkward),
-        StreamStarted(_R),
-        TurnCommitted(_R, awkward, "stop", Usage(10, 20, 30)),
-        TurnDiscarded(RequestId("r-2"), "timeout", awkward, 17),
-        CompletionIgnored(RequestId("r-2"), "failed:http_status"),
-    ]
-
+__all__ = ["EventStoreContract"]
 
 def _batch(
     session_id: str, events: list[Event], after: int, t0: float = 1.7e9
