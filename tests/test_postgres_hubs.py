@@ -1,0 +1,108 @@
+"""Two hub processes, one session, through PostgreSQL: one owner at a time."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+# A hub process: tries to take the session, reports, and on "go" retries.
+_HUB = """
+import logging, sys, trio, structlog
+from turnledger import SessionOwnedElsewhere
+from turnledger.adapters.stores import open_store
+from turnledger.sessions import open_hub
+from turnledger.testing import ScriptedProvider
+
+# stdout is the report pipe: keep log lines out of it
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+
+def line():
+    return sys.stdin.readline().strip()
+
+async def main(dsn):
+    store = await open_store(dsn)
+    async with open_hub(store, ScriptedProvider(), model="m") as hub:
+        try:
+            turn = await hub.submit("shared", "first?")
+        except SessionOwnedElsewhere as exc:
+            print("elsewhere", exc, flush=True)
+            await trio.to_thread.run_sync(line)          # the owner has gone
+            with trio.fail_after(20):
+                while True:
+                    try:
+                        history = await hub.history("shared")
+                        turn = await hub.submit("shared", "taken over?")
+                        break
+                    except SessionOwnedElsewhere:
+                        await trio.sleep(0.05)
+            result = await turn.outcome()
+            history = await hub.history("shared")
+            print("took-over", result.kind, len(history), flush=True)
+            return
+        print("owner", (await turn.outcome()).kind, flush=True)
+        for q in ("second?", "third?"):
+            await (await hub.submit("shared", q)).outcome()
+        print("history", len(await hub.history("shared")), flush=True)
+        await trio.to_thread.run_sync(line)
+    import os
+    os._exit(0)  # gone without a goodbye: the server must free the session
+
+trio.run(main, sys.argv[1])
+"""
+
+
+def _spawn(dsn: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _HUB, dsn],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        bufsize=0,
+    )
+
+
+def _readline(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+            raise AssertionError(f"no line from the hub within {timeout}s (got {line!r})")
+        chunk = os.read(proc.stdout.fileno(), 1)
+        if not chunk:
+            raise AssertionError(f"the hub exited (got {line!r}, code {proc.wait()})")
+        line += chunk
+    return line.decode().strip()
+
+
+def test_two_hub_processes_one_owner_then_takeover(pg_dsn: str) -> None:
+    first = _spawn(pg_dsn)
+    try:
+        assert _readline(first) == "owner committed"
+        second = _spawn(pg_dsn)
+        try:
+            refusal = _readline(second)
+            # the typed error, naming the process that holds the session
+            assert refusal.startswith("elsewhere") and f"pid={first.pid}" in refusal
+            assert _readline(first) == "history 3"
+            assert first.stdin is not None and second.stdin is not None
+            first.stdin.write(b"exit\n")
+            assert first.wait(timeout=30) == 0
+            second.stdin.write(b"go\n")
+            # the second hub owns it now and sees the whole history, plus its turn
+            assert _readline(second) == "took-over committed 4"
+            assert second.wait(timeout=30) == 0
+        finally:
+            if second.poll() is None:
+                second.kill()
+    finally:
+        if first.poll() is None:
+            first.kill()
