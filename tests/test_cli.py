@@ -189,3 +189,77 @@ def test_ctrl_c_at_the_prompt_exits_cleanly(tmp_path: Path) -> None:
         chat.kill()
     assert returncode == 0, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--base-url", "http://127.0.0.1:9/v1"],  # no --model
+        ["--timeout", "0"],
+        ["--max-request-bytes", "-5"],
+        ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--param", "model=1"],
+        ["--param", "temperature=NaN"],
+        ["--param", "nojson"],
+        ["--provider", "ollama", "--param", "options=3"],
+        ["--base-url", "http://[::1", "--model", "m"],
+        ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--api-key-env", "TL_UNSET_KEY"],
+    ],
+)
+def test_chat_usage_errors_exit_2_before_touching_anything(tmp_path: Path, args: list[str]) -> None:
+    env_clean = {k: v for k, v in os.environ.items() if k != "TL_UNSET_KEY"}
+    r = subprocess.run(
+        [sys.executable, "-m", "turnledger", "chat", "--db", "x.db", *args],
+        cwd=tmp_path, input="q\n", capture_output=True, text=True, timeout=60, env=env_clean,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []  # no store was created
+
+
+def test_read_commands_change_nothing_they_cannot_read(tmp_path: Path) -> None:
+    import hashlib
+    import sqlite3
+
+    foreign = tmp_path / "foreign.db"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    (tmp_path / "empty.db").write_bytes(b"")
+    (tmp_path / "notes.jsonl").write_bytes(b'{"name": "my precious data"}\n')
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
+    for name in before:
+        for command in ("replay", "log", "sessions"):
+            r = tl(command, name, cwd=tmp_path)
+            assert r.returncode == 3, (command, name, r.stderr)
+            assert name in r.stderr and "Traceback" not in r.stderr
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
+    assert after == before  # not a byte changed, no -wal or -shm file appeared
+
+
+def test_a_corrupt_log_exits_3(tmp_path: Path) -> None:
+    import trio
+
+    from turnledger.adapters.stores import SQLiteStore
+    from turnledger.events import StoredEvent
+
+    async def write() -> None:
+        store = await SQLiteStore.open(tmp_path / "c.db")
+        await store.append("s", [StoredEvent("s", 1, "turn_exploded", 1, {}, 1.7e9)], 0)
+        await store.aclose()
+
+    trio.run(write)
+    for command in ("replay", "log", "sessions"):
+        r = tl(command, "c.db", cwd=tmp_path)
+        assert r.returncode == 3 and "corrupt" in r.stderr, (command, r.stderr)
+
+
+def test_logging_options_work_after_the_command_and_hide_passwords(tmp_path: Path) -> None:
+    r = tl("chat", "--db", "x.db", "--log-json", "-v", cwd=tmp_path, stdin="q\n")
+    assert r.returncode == 0
+    lines = [json.loads(line) for line in r.stderr.splitlines()]
+    assert {"message_received", "transition"} <= {line["event"] for line in lines}
+    dsn = "postgresql://postgres:hunter2SECRET@127.0.0.1:1/test"
+    r = tl("sessions", dsn, cwd=tmp_path)
+    assert r.returncode == 3
+    assert "hunter2SECRET" not in r.stderr and "postgres:***@127.0.0.1" in r.stderr

@@ -134,3 +134,9 @@ async def test_secrets_and_error_bodies_reach_no_log_event_or_result() -> None:
     for secret in (SECRET_KEY, "SENTINEL-BODY", "/home/deploy"):
         assert secret not in everything
     assert len(logs) > 20  # the check above looked at real log lines
+
+
+def test_a_provider_repr_hides_credentials_in_its_url() -> None:
+    url = "https://user:pw-SENTINEL@host.test/v1?key=SENTINEL"
+    provider = OpenAIChat(base_url=url, api_key="k")
+    assert "SENTINEL" not in repr(provider) and "host.test/v1" in repr(provider)

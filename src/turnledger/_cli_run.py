@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
+import httpx
 import trio
 
-from ._cli_errors import Exit
+from ._cli_errors import Exit, display_db
 from ._errors import StoreError
 from .events import DEFAULT_CODEC, EventStore, TurnSubmitted
 from .sessions import (
@@ -63,7 +64,7 @@ async def _open_store(db: str) -> EventStore:
     try:
         return await open_store(db)
     except StoreError as exc:
-        raise Exit(EXIT_STORE, f"cannot open {db}: {exc}") from exc
+        raise Exit(EXIT_STORE, f"cannot open {display_db(db)}: {exc}") from exc
 
 
 # --- demo -------------------------------------------------------------------
@@ -317,9 +318,10 @@ class _Demo:
         return None
 
 
-def add_demo_parser(sub: Any) -> None:
+def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     d = sub.add_parser(
         "demo",
+        parents=[common],
         help="run a scripted conversation against a built-in loopback server",
         description="No network and no API key: a loopback server on 127.0.0.1 plays "
         "a committed turn, a trim then a timeout, a cancel mid-stream, an HTTP 429, "
@@ -332,6 +334,19 @@ def add_demo_parser(sub: Any) -> None:
 # --- chat -------------------------------------------------------------------
 
 
+def _positive(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+        return value
+
+    return parse
+
+
 def _param(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -342,9 +357,10 @@ def _param(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"{key}: not JSON: {exc}") from exc
 
 
-def add_chat_parser(sub: Any) -> None:
+def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     c = sub.add_parser(
         "chat",
+        parents=[common],
         help="chat with a model (reads one question per line when stdin is not a terminal)",
         description="Without --base-url it talks to a built-in loopback server, so it works "
         "on a fresh machine. Ctrl-C during an answer cancels that turn; Ctrl-C at the prompt "
@@ -360,8 +376,8 @@ def add_chat_parser(sub: Any) -> None:
     c.add_argument("--db", default="turnledger-chat.db", help="event log (default: %(default)s)")
     c.add_argument("--session", default="chat", help="session id (default: %(default)s)")
     c.add_argument("--system", default=None, help="system prompt (fixed when the session starts)")
-    c.add_argument("--max-request-bytes", type=int, default=None, metavar="N")
-    c.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+    c.add_argument("--max-request-bytes", type=_positive(int), default=None, metavar="N")
+    c.add_argument("--timeout", type=_positive(float), default=120.0, metavar="SECONDS",
                    help="overall deadline per turn (default: %(default)s)")  # fmt: skip
     c.add_argument("--max-tokens", type=int, default=None)
     c.add_argument("--temperature", type=float, default=None)
@@ -374,10 +390,20 @@ def add_chat_parser(sub: Any) -> None:
 def _make_provider(args: argparse.Namespace, base_url: str) -> Any:
     from .adapters.providers import OllamaChat, OpenAIChat
 
-    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if not args.base_url:
+        key: str | None = ""  # the built-in loopback server: never send a key there
+    elif args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if key is None:
+            raise Exit(EXIT_USAGE, f"--api-key-env: {args.api_key_env} is not set")
+    else:
+        key = None  # the provider's own default: OPENAI_API_KEY / OLLAMA_API_KEY
     extra = dict(args.param)
     if args.provider == "ollama":
-        options: dict[str, Any] = dict(extra.pop("options", {}) or {})
+        given = extra.pop("options", None) or {}
+        if not isinstance(given, dict):
+            raise Exit(EXIT_USAGE, "--param options=... must be a JSON object")
+        options: dict[str, Any] = dict(given)
         if args.temperature is not None:
             options["temperature"] = args.temperature
         if args.max_tokens is not None:
@@ -427,53 +453,59 @@ async def _read_line(prompt: str | None) -> str | None:
 async def _run_chat(args: argparse.Namespace) -> int:
     out = _Out(sys.stdout)
     interactive = sys.stdin.isatty()
-    store = await _open_store(args.db)
+    if args.base_url and not args.model:
+        raise Exit(EXIT_USAGE, "--model is required with --base-url")
+    model = args.model or "loopback"
     failures = 0
     current: list[TurnHandle] = []
-    try:
-        async with _endpoint(args) as base_url, trio.open_nursery() as nursery:
+    async with _endpoint(args) as base_url:
+        # Everything the arguments can get wrong fails here, before the
+        # store is opened or any task started: a usage error, exit 2.
+        try:
             provider = _make_provider(args, base_url)
-            model = args.model or ("loopback" if not args.base_url else "")
-            if not model:
-                raise Exit(EXIT_USAGE, "--model is required with --base-url")
-            chat_scope = trio.CancelScope()
+            provider.encoder.encode(model, [])
+        except (ValueError, TypeError, httpx.InvalidURL) as exc:
+            raise Exit(EXIT_USAGE, f"bad request settings: {exc}") from None
+        store = await _open_store(args.db)
+        try:
+            async with provider, trio.open_nursery() as nursery:
+                chat_scope = trio.CancelScope()
 
-            async def on_sigint() -> None:
-                with trio.open_signal_receiver(signal.SIGINT) as signals:
-                    async for _ in signals:
-                        if current and not current[0].done:
-                            await current[0].cancel()
-                        else:
-                            chat_scope.cancel()
+                async def on_sigint() -> None:
+                    with trio.open_signal_receiver(signal.SIGINT) as signals:
+                        async for _ in signals:
+                            if current and not current[0].done:
+                                await current[0].cancel()
+                            else:
+                                chat_scope.cancel()
 
-            nursery.start_soon(on_sigint)
-            async with provider, open_hub(
-                store,
-                provider,
-                model=model,
-                system=args.system or "",
-                max_request_bytes=args.max_request_bytes,
-                turn_deadline=args.timeout,
-            ) as hub:
-                with chat_scope:
-                    while True:
-                        line = await _read_line("you> " if interactive else None)
-                        if line is None:
-                            break
-                        if not line.strip():
-                            continue
-                        turn = await hub.submit(args.session, line)
-                        current[:] = [turn]
-                        async for delta in turn.preview():
-                            out(delta, end="")
-                        result = await turn.outcome()
-                        current.clear()
-                        out()
-                        if not isinstance(result, CommittedResult):
-                            failures += 1
-                            print(f"[{_describe(result)}]", file=sys.stderr, flush=True)
-            nursery.cancel_scope.cancel()
-    finally:
-        await store.aclose()
+                nursery.start_soon(on_sigint)
+                async with open_hub(
+                    store,
+                    provider,
+                    model=model,
+                    system=args.system or "",
+                    max_request_bytes=args.max_request_bytes,
+                    turn_deadline=args.timeout,
+                ) as hub:
+                    with chat_scope:
+                        while True:
+                            line = await _read_line("you> " if interactive else None)
+                            if line is None:
+                                break
+                            if not line.strip():
+                                continue
+                            turn = await hub.submit(args.session, line)
+                            current[:] = [turn]
+                            async for delta in turn.preview():
+                                out(delta, end="")
+                            result = await turn.outcome()
+                            current.clear()
+                            out()
+                            if not isinstance(result, CommittedResult):
+                                failures += 1
+                                print(f"[{_describe(result)}]", file=sys.stderr, flush=True)
+                nursery.cancel_scope.cancel()
+        finally:
+            await store.aclose()
     return EXIT_FAILED if failures else EXIT_OK
-

@@ -7,8 +7,8 @@ Exit codes (stable, for scripts):
 1     the command ran but failed (a demo check did not hold, a chat error)
 2     usage error (bad arguments)
 3     store error (cannot open, locked, corrupt, owned by another process)
-4     not found (no such session, or no events)
-130   interrupted (Ctrl-C outside a turn)
+4     not found (no such file, session or request)
+130   interrupted by Ctrl-C (in ``chat``, Ctrl-C at the prompt is a normal end: 0)
 ====  =====================================================================
 """
 
@@ -25,8 +25,8 @@ from typing import Any, NoReturn
 import trio
 
 from . import __version__
-from ._cli_errors import Exit
-from ._errors import StoreError, TurnLedgerError
+from ._cli_errors import Exit, display_db
+from ._errors import CodecError, ReplayError, StoreError, TurnLedgerError
 from ._inspect import phase_name, replay_stored, session_summary, timeline
 from .events import EventStore, StoredEvent
 
@@ -45,19 +45,17 @@ def _fmt_time(ts: float) -> str:
 
 
 async def _open(db: str) -> EventStore:
-    """Open ``db`` for reading: it must exist, and a journal is read without
-    taking its writer's lock (a chat may be writing to it)."""
+    """Open ``db`` only to read it: it must exist, and nothing in it changes
+    (a journal is read without taking its writer's lock, since a chat may be
+    writing to it)."""
     from .adapters.stores import open_store, store_kind
 
-    kind = store_kind(db)
-    if kind != "postgres" and not os.path.exists(db):
+    if store_kind(db) != "postgres" and not os.path.exists(db):
         raise Exit(EXIT_NOT_FOUND, f"no such file: {db}")
     try:
-        if kind == "journal":
-            return await open_store(db, read_only=True)
-        return await open_store(db)
+        return await open_store(db, read_only=True)
     except StoreError as exc:
-        raise Exit(EXIT_STORE, f"cannot open {db}: {exc}") from exc
+        raise Exit(EXIT_STORE, f"cannot open {display_db(db)}: {exc}") from exc
 
 
 async def _load(store: EventStore, session: str | None) -> dict[str, list[StoredEvent]]:
@@ -171,6 +169,23 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
 # --- the parser ---------------------------------------------------------------
 
 
+def _logging_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS if suppress else 0,
+        help="more log lines on stderr: JSON logs carry the transitions and -v adds one line "
+        "per message; a terminal shows warnings, -v the transitions, -vv every message",
+    )
+    p.add_argument(
+        "--log-json",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="JSON log lines on stderr",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="turnledger",
@@ -178,41 +193,62 @@ def _parser() -> argparse.ArgumentParser:
         epilog="DB is a SQLite file, a .jsonl journal, or a postgresql:// DSN.",
     )
     p.add_argument("--version", action="version", version=f"turnledger {__version__}")
-    p.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=0,
-        help="more log lines on stderr: JSON logs carry the transitions and -v adds one line "
-        "per message; a terminal shows warnings, -v the transitions, -vv every message",
-    )
-    p.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
+    _logging_options(p)
+    # The same options after the command name too (``turnledger chat -v``);
+    # there they default to "not given", so they never undo the ones before.
+    common = argparse.ArgumentParser(add_help=False)
+    _logging_options(common, suppress=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     from ._cli_run import add_chat_parser, add_demo_parser
 
-    add_demo_parser(sub)
-    add_chat_parser(sub)
+    add_demo_parser(sub, common)
+    add_chat_parser(sub, common)
 
-    r = sub.add_parser("replay", help="rebuild history from a log")
+    r = sub.add_parser("replay", help="rebuild history from a log", parents=[common])
     r.add_argument("db", metavar="DB")
     r.add_argument("--session", "-s", help="only this session")
     r.add_argument("--at", type=int, metavar="SEQ", help="as it stood after event SEQ")
     r.add_argument("--json", action="store_true", help="one JSON object per session")
     r.set_defaults(run=_cmd_replay)
 
-    lg = sub.add_parser("log", help="the event timeline of a log")
+    lg = sub.add_parser("log", help="the event timeline of a log", parents=[common])
     lg.add_argument("db", metavar="DB")
     lg.add_argument("--session", "-s", help="only this session")
     lg.add_argument("--request", "-r", help="only this request id (or a prefix of it)")
     lg.add_argument("--json", action="store_true", help="one JSON object per event")
     lg.set_defaults(run=_cmd_log)
 
-    ss = sub.add_parser("sessions", help="sessions with turn counts and last outcome")
+    ss = sub.add_parser(
+        "sessions", help="sessions with turn counts and last outcome", parents=[common]
+    )
     ss.add_argument("db", metavar="DB")
     ss.add_argument("--json", action="store_true", help="one JSON object per session")
     ss.set_defaults(run=_cmd_sessions)
     return p
+
+
+def _exit_code(raised: BaseException) -> int:
+    # A lone error from inside a nursery arrives wrapped in a group.
+    exc = raised
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, Exit):
+        if exc.message:
+            print(f"turnledger: {exc.message}", file=sys.stderr)
+        return exc.code
+    if isinstance(exc, StoreError):
+        print(f"turnledger: store error: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    if isinstance(exc, CodecError | ReplayError):
+        print(f"turnledger: the log is corrupt: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    if isinstance(exc, TurnLedgerError):
+        print(f"turnledger: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    raise raised
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
@@ -223,16 +259,6 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     configure_logging(json=True if args.log_json else None, verbosity=args.verbose)
     try:
         code = trio.run(args.run, args)
-    except Exit as exc:
-        if exc.message:
-            print(f"turnledger: {exc.message}", file=sys.stderr)
-        code = exc.code
-    except StoreError as exc:
-        print(f"turnledger: store error: {exc}", file=sys.stderr)
-        code = EXIT_STORE
-    except TurnLedgerError as exc:
-        print(f"turnledger: {exc}", file=sys.stderr)
-        code = EXIT_FAILED
-    except KeyboardInterrupt:
-        code = EXIT_INTERRUPTED
+    except BaseException as raised:
+        code = _exit_code(raised)
     sys.exit(code)

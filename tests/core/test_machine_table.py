@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import attrs
 import pytest
@@ -283,3 +284,30 @@ def test_pairs_are_exhaustive() -> None:
     # 6 sessions x 36 messages: the parametrized test above walks all of them.
     assert len(CASES) == len(_states()) * 3 * len(_messages("x"))
     assert len(list(itertools.product(TRANSITIONS, TRANSITIONS[Pending]))) == 35
+
+
+def test_text_that_cannot_be_utf8_never_enters_a_session() -> None:
+    # A lone surrogate (json.loads('"\\ud800"') gives one) has no UTF-8 form:
+    # it could not be sent, measured or stored as text.
+    lone = json.loads('"caf\\ud800e"')
+    s = given()
+    (ev,) = s.when(Submit(rid("q"), lone))
+    assert isinstance(ev, TurnRejected) and ev.reason == "invalid_question"
+    assert isinstance(s.state, Idle)
+    s = given(Submit(CURRENT, "q"))
+    (ev,) = s.when(Completed(CURRENT, lone, "stop"))
+    assert isinstance(ev, TurnDiscarded) and ev.reason == "malformed"
+    assert len(s.state.turns) == 0
+    with pytest.raises(InvalidCommand):
+        Session().when(Start(lone, "m"))
+    s.then_replay_matches()
+
+
+def test_a_server_finish_reason_is_recorded_only_as_a_short_token() -> None:
+    leak = "BODYSECRET Traceback at /srv/app.py token=abc"
+    s = given(Submit(CURRENT, "q"))
+    (ev,) = s.when(Completed(CURRENT, "text", leak))
+    assert isinstance(ev, TurnDiscarded) and ev.detail == "finish_reason=other"
+    s = given(Submit(CURRENT, "q"))
+    (ev,) = s.when(Completed(CURRENT, "text", "content_filter"))
+    assert isinstance(ev, TurnDiscarded) and ev.detail == "finish_reason=content_filter"

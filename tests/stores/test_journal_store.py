@@ -255,3 +255,47 @@ async def test_read_only_skips_a_torn_tail_without_cutting(tmp_path: Path) -> No
         await store.aclose()
     assert path.read_bytes() == torn
     assert [e["event"] for e in logs] == ["journal_torn_tail_skipped"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'{"name": "my precious data"}\n', b"hello world", b"hello\nworld\n", b"\x00\x00hi"],
+)
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_a_file_that_is_not_a_journal_is_refused_untouched(
+    tmp_path: Path, content: bytes, read_only: bool
+) -> None:
+    path = tmp_path / "notes.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(StoreCorrupted, match="line 1"):
+        await JournalStore.open(path, read_only=read_only)
+    assert path.read_bytes() == content
+
+
+async def test_a_first_append_torn_by_a_crash_is_still_cut(tmp_path: Path) -> None:
+    # The process died while writing the very first record: what is left is
+    # the start of a record of ours, so the journal opens, empty.
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(b'{"position":1,"session_id":"s","se')
+    store = await JournalStore.open(path)
+    try:
+        assert await store.read_all() == []
+    finally:
+        await store.aclose()
+    assert path.read_bytes() == b""
+
+
+async def test_zeros_left_by_a_crash_after_good_records_are_cut(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    store = await JournalStore.open(path)
+    await store.append("s", [DEFAULT_CODEC.encode(StreamStarted(RequestId("r")), session_id="s",
+                                                  seq=1, recorded_at=1.7e9)], 0)
+    await store.aclose()
+    good = path.read_bytes()
+    path.write_bytes(good + b"\x00" * 100)
+    store = await JournalStore.open(path)
+    try:
+        assert [e.seq for e in await store.read("s")] == [1]
+    finally:
+        await store.aclose()
+    assert path.read_bytes() == good

@@ -175,6 +175,35 @@ async def test_a_failed_group_is_retried_append_by_append(store: SQLiteStore) ->
         assert len(await store.read_all()) == 5
 
 
+async def test_an_append_sqlite_cannot_bind_fails_alone(store: SQLiteStore) -> None:
+    # A tag with a lone surrogate passes the envelope checks but cannot be
+    # bound as UTF-8 text: only that append fails, the rest of its group commits.
+    import attrs
+
+    await store.append("warm", _events("warm", 0, 1), 0)
+    bad = [attrs.evolve(ev, tag="stream_started\ud800") for ev in _events("bad", 0, 1)]
+    results: dict[str, object] = {}
+
+    async def append(sid: str, events: list[StoredEvent]) -> None:
+        try:
+            results[sid] = await store.append(sid, events, 0)
+        except StoreError as exc:
+            results[sid] = exc
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            with write_lock_held(store.path):
+                nursery.start_soon(append, "lead", _events("lead", 0, 1))
+                await writer_took_it(store)
+                for sid in ("s1", "s2"):
+                    nursery.start_soon(append, sid, _events(sid, 0, 1))
+                nursery.start_soon(append, "bad", bad)
+                await trio.testing.wait_all_tasks_blocked()
+    assert isinstance(results["bad"], StoreError)
+    assert [results[s] for s in ("lead", "s1", "s2")] == [1, 1, 1]
+    assert await store.read("bad") == []
+
+
 async def test_cancelled_append_is_not_abandoned(store: SQLiteStore) -> None:
     got: list[int] = []
     scope = trio.CancelScope()

@@ -54,7 +54,7 @@ DiscardReason: TypeAlias = Literal[
 #: The closed set of reasons a turn can be discarded for.
 DISCARD_REASONS: Final[frozenset[str]] = frozenset(get_args(DiscardReason))
 
-RejectReason: TypeAlias = Literal["empty_question", "over_budget", "busy"]
+RejectReason: TypeAlias = Literal["empty_question", "invalid_question", "over_budget", "busy"]
 #: The closed set of reasons a Submit can be refused before any transport.
 REJECT_REASONS: Final[frozenset[str]] = frozenset(get_args(RejectReason))
 

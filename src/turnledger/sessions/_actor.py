@@ -84,6 +84,7 @@ from ._messages import (
     Start,
     Submit,
     Timeout,
+    safe_finish_reason,
 )
 from ._ports import ChatRequest
 from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult, result_of
@@ -244,7 +245,7 @@ def _message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
             out["detail"] = msg.detail
         elif isinstance(msg, Completed):
             out["answer_chars"] = len(msg.answer)
-            out["finish_reason"] = msg.finish_reason
+            out["finish_reason"] = safe_finish_reason(msg.finish_reason)
         elif isinstance(msg, Failed):
             out["reason"] = msg.failure.reason
     return out

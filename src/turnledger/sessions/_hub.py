@@ -88,6 +88,16 @@ class HubStatistics:
     events: int
 
 
+def _check_id(what: str, value: object) -> None:
+    # Ids go into every event and log line: plain, non-empty UTF-8 text.
+    if not isinstance(value, str) or not value:
+        raise InvalidCommand(f"a {what} must be a non-empty string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidCommand(f"a {what} must be valid Unicode text") from None
+
+
 @final
 class TurnHandle:
     """One submitted question, as the caller holds it.
@@ -260,6 +270,9 @@ class Hub:
 
         Cancellation: if cancelled, the question was not sent.
         """
+        _check_id("session id", session_id)
+        if request_id is not None:
+            _check_id("request id", request_id)
         rid = RequestId(uuid.uuid4().hex if request_id is None else request_id)
         ticket = _Ticket()
         await self._send(session_id, (Submit(rid, question), ticket))
@@ -287,6 +300,7 @@ class Hub:
                 setting given here.
             SessionClosed, SessionOwnedElsewhere, StoreError: as for :meth:`submit`.
         """
+        _check_id("session id", session_id)
         base = self._config.start
         start = Start(
             base.system if system is None else system,

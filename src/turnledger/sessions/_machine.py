@@ -80,6 +80,7 @@ from ._messages import (
     Start,
     Submit,
     Timeout,
+    safe_finish_reason,
 )
 from ._projection import Budget, build_messages, plan
 from ._request import ChatMessage
@@ -279,10 +280,22 @@ def outcome_of(state: SessionState, request_id: RequestId) -> Outcome | None:
 _Handler: TypeAlias = Callable[[SessionState, Message, Budget, int], tuple[Event, ...]]
 
 
+def _is_text(value: str) -> bool:
+    # A lone surrogate (easy to get from json.loads('"\\ud800"')) has no
+    # UTF-8 form: it could never be sent, stored as UTF-8, or measured.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
     assert isinstance(msg, Start)
     if state.config is not None:
         raise InvalidCommand("the session has already started")
+    if not (_is_text(msg.system) and _is_text(msg.model)):
+        raise InvalidCommand("the system prompt and the model must be valid Unicode text")
     return (SessionStarted(msg.system, msg.model, msg.policy, msg.on_busy),)
 
 
@@ -295,6 +308,8 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
         return ()  # a retry of a request already seen: idempotent
     if not msg.question.strip():
         return (TurnRejected(rid, "empty_question", "the question is empty"),)
+    if not _is_text(msg.question):
+        return (TurnRejected(rid, "invalid_question", "the question has a lone surrogate"),)
     current = _current(state)
     superseding = current is not None and config.on_busy == "supersede"
     if current is not None and not superseding:
@@ -353,10 +368,11 @@ def _completed(
         return (CompletionIgnored(rid, "completed"),)
     if not msg.answer.strip():
         return (TurnDiscarded(rid, "empty", "the answer is empty", preview),)
+    if not _is_text(msg.answer):
+        return (TurnDiscarded(rid, "malformed", "the answer has a lone surrogate", preview),)
     if msg.finish_reason != "stop":
-        return (
-            TurnDiscarded(rid, "incomplete_finish", f"finish_reason={msg.finish_reason}", preview),
-        )
+        detail = f"finish_reason={safe_finish_reason(msg.finish_reason)}"
+        return (TurnDiscarded(rid, "incomplete_finish", detail, preview),)
     return (TurnCommitted(rid, msg.answer, msg.finish_reason, msg.usage),)
 
 

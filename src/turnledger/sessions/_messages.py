@@ -6,7 +6,8 @@ ignores a message whose id is not the request in flight.
 
 from __future__ import annotations
 
-from typing import TypeAlias
+import re
+from typing import Final, TypeAlias
 
 import attrs
 
@@ -23,7 +24,23 @@ __all__ = [
     "Start",
     "Submit",
     "Timeout",
+    "safe_finish_reason",
 ]
+
+
+_FINISH_TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def safe_finish_reason(value: str | None) -> str:
+    """A server's ``finish_reason`` as it may be recorded or logged.
+
+    Real values are short identifiers (``stop``, ``length``,
+    ``content_filter``...); anything else comes from the server and could
+    carry a message or a path, so it is recorded as ``other``.
+    """
+    if value is None:
+        return "none"
+    return value if _FINISH_TOKEN.fullmatch(value) else "other"
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 import trio
 
@@ -152,6 +153,15 @@ class EventStoreContract:
             with pytest.raises(ValueError):
                 await store.append("s-1", broken, 0)
             assert await store.read("s-1") == []
+
+    async def test_a_session_id_that_is_not_text_is_refused(self, store: EventStore) -> None:
+        lone = "s-\ud800"
+        batch = _batch(lone, sample_events()[:1], 0)
+        with trio.fail_after(self.timeout):
+            for sid in (lone, ""):
+                with pytest.raises(ValueError):
+                    await store.append(sid, [attrs.evolve(e, session_id=sid) for e in batch], 0)
+            assert await store.read_all() == []
 
     # -- the global feed -----------------------------------------------------
 

@@ -366,4 +366,6 @@ class HTTPChatProvider:
         await self.aclose()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(url={self.url!r}, stream={self._stream})"
+        # A base URL may carry credentials or a key in its query: show neither.
+        shown = httpx.URL(self.url).copy_with(username=None, password=None, query=None)
+        return f"{type(self).__name__}(url={str(shown)!r}, stream={self._stream})"

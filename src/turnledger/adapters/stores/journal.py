@@ -194,6 +194,16 @@ def _scan(path: Path, data: bytes) -> _Scan:
     if batch_start_line and torn is None:
         torn = f"the append starting on line {batch_start_line} is incomplete"
     torn_line = good_count + 1
+    if torn is not None:
+        # Only what an interrupted append of ours leaves may be cut: the start
+        # of the next record, or the zeros a file system may leave where a
+        # write never reached the disk. Anything else (a file that is not a
+        # journal, damage by another hand) is refused and left as it is.
+        tail = data[good_bytes:]
+        expected = f'{{"position":{torn_line},'.encode()
+        ours = tail.startswith(expected) or expected.startswith(tail)
+        if not ours and tail.strip(b"\x00\n"):
+            raise corrupted(torn_line, "not a journal record; is this a turnledger journal?")
     return _Scan(events[:good_count], good_bytes, torn, torn_line)
 
 

@@ -16,8 +16,15 @@ __all__ = ["MemoryStore", "check_batch"]
 
 
 def check_batch(session_id: str, events: Sequence[StoredEvent], expected_version: int) -> None:
-    """Raise ``ValueError`` unless ``events`` belong to ``session_id`` and
-    their ``seq`` runs ``expected_version + 1, + 2, ...`` (shared by every store)."""
+    """Raise ``ValueError`` unless ``session_id`` is non-empty UTF-8 text, and
+    ``events`` belong to it with ``seq`` running ``expected_version + 1, + 2, ...``
+    (shared by every store)."""
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError("a session id must be a non-empty string")
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a session id must be valid Unicode text") from None
     for i, ev in enumerate(events, start=expected_version + 1):
         if ev.session_id != session_id:
             raise ValueError(f"event for {ev.session_id!r} in a batch for {session_id!r}")

@@ -132,6 +132,7 @@ class PostgresStore:
         self._schema = schema
         self._table = table
         self._timeout = timeout
+        self._read_only = False
         self._closed = False
         self._owner: psycopg.Connection[Any] | None = None
         self._owner_lock = threading.Lock()
@@ -170,6 +171,7 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
+        read_only: bool = False,
     ) -> PostgresStore:
         """Connect, and create the table (and schema) if they are missing.
 
@@ -180,14 +182,17 @@ class PostgresStore:
             table: the events table (``<table>_meta`` holds the schema version).
             min_size, max_size: bounds of the connection pool.
             timeout: seconds to wait for a connection.
+            read_only: only read: create nothing (the table must exist);
+                appends raise ``StoreError``.
 
         Raises:
             StoreUnavailable: the server cannot be reached, psycopg is not
                 installed, or the table was created by a newer release.
         """
-        return await trio.to_thread.run_sync(
-            cls._open_sync, dsn, schema, table, min_size, max_size, timeout
+        store: PostgresStore = await trio.to_thread.run_sync(
+            cls._open_sync, dsn, schema, table, min_size, max_size, timeout, read_only
         )
+        return store
 
     @classmethod
     def _open_sync(
@@ -198,6 +203,7 @@ class PostgresStore:
         min_size: int,
         max_size: int,
         timeout: float,
+        read_only: bool = False,
     ) -> PostgresStore:
         try:
             import psycopg
@@ -233,13 +239,18 @@ class PostgresStore:
                         if row is None or row[0] is None:
                             raise StoreUnavailable("the search_path names no existing schema")
                         schema = str(row[0])
-                    _create_schema(conn, schema, table)
+                    if read_only:
+                        _check_schema(conn, schema, table)
+                    else:
+                        _create_schema(conn, schema, table)
             except psycopg.Error as exc:
                 raise _map_error(exc, "cannot create the turnledger table") from exc
         except BaseException:
             pool.close()
             raise
-        return cls(pool, dsn, schema, table, timeout)
+        store = cls(pool, dsn, schema, table, timeout)
+        store._read_only = read_only
+        return store
 
     @property
     def schema(self) -> str:
@@ -282,6 +293,8 @@ class PostgresStore:
         self._check_open()
         if not events:
             return expected_version
+        if self._read_only:
+            raise StoreError("the PostgreSQL store was opened read-only")
         check_batch(session_id, events, expected_version)
         rows = []
         for ev in events:
@@ -490,6 +503,24 @@ def _holder(conn: psycopg.Connection[Any], key: int) -> str:
     backend, app, addr = row
     who = app or "an unnamed client"
     return f"held by {who} (PostgreSQL backend pid {backend}{', from ' + addr if addr else ''})"
+
+
+def _check_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> None:
+    from psycopg import sql
+
+    meta = sql.Identifier(schema, f"{table}_meta")
+    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}_meta"',)).fetchone()
+    if row is None or row[0] is None:
+        raise StoreUnavailable(f"{schema}.{table}: no turnledger events table here")
+    row = conn.execute(
+        sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
+    ).fetchone()
+    version = int(row[0]) if row else 0
+    if version != SCHEMA_VERSION:
+        raise StoreUnavailable(
+            f"{schema}.{table}: schema version {version}; this release reads {SCHEMA_VERSION}"
+        )
+    conn.rollback()
 
 
 def _create_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> None:

@@ -43,6 +43,7 @@ import os
 import queue
 import sqlite3
 import threading
+import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -291,7 +292,9 @@ class _Writer(_Thread):
             if rows:
                 conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except Exception as exc:
+            # sqlite3 errors, and anything else one append's rows may raise
+            # (text SQLite cannot bind): never let one append fail the group.
             self._rollback()
             if len(group) > 1:
                 # Let each append find its own fate in its own transaction.
@@ -306,8 +309,13 @@ class _Writer(_Thread):
                 and isinstance(exc, sqlite3.IntegrityError)
             ):
                 failure = ConcurrencyConflict(req.session_id, req.expected, None)
-            else:
+            elif isinstance(exc, sqlite3.Error):
                 failure = _map_error(exc, f"{self.path}: append to {req.session_id!r} failed")
+            else:
+                failure = StoreError(
+                    f"{self.path}: append to {req.session_id!r} failed: {type(exc).__name__}"
+                )
+                failure.__cause__ = exc
             return [(req, outcome.Error(failure))]
         self.versions.update(seen)
         self.transactions += 1
@@ -408,6 +416,31 @@ def _open_reader(path: Path, busy_timeout: float) -> sqlite3.Connection:
     return conn
 
 
+def _open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    # For tools that only look: never create the file, set WAL mode or write
+    # the schema, and refuse what is not a turnledger database of a version
+    # this release reads.
+    if not path.exists():
+        raise StoreUnavailable(f"{path}: no such file")
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=True
+    )
+    try:
+        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if app_id != APPLICATION_ID:
+            raise StoreUnavailable(f"{path}: not a turnledger database")
+        if version > SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"{path}: schema version {version} was written by a newer turnledger"
+            )
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def _bad_payload(path: Path, position: int, exc: Exception | None) -> StoreCorrupted:
     why = f"is not JSON: {exc}" if exc is not None else "is not a JSON object"
     return StoreCorrupted(f"{path}: the payload at position {position} {why}")
@@ -475,6 +508,7 @@ class SQLiteStore:
         self._reader = reader
         self._synchronous: Synchronous = synchronous
         self._closed = False
+        self._read_only = False
 
     @classmethod
     async def open(
@@ -485,6 +519,7 @@ class SQLiteStore:
         group_commit: bool = True,
         max_group: int = 512,
         busy_timeout: float = 10.0,
+        read_only: bool = False,
     ) -> SQLiteStore:
         """Open (creating if needed) the store in the file ``path``.
 
@@ -497,6 +532,8 @@ class SQLiteStore:
                 ``False`` gives every append its own transaction.
             max_group: the most appends in one transaction.
             busy_timeout: seconds to wait for another process's write lock.
+            read_only: only read: the file must exist and is never changed
+                (no WAL switch, no schema); appends raise ``StoreError``.
 
         Raises:
             StoreUnavailable: the file cannot be opened, is not a turnledger
@@ -516,12 +553,16 @@ class SQLiteStore:
             writer.conn = _open_writer(p, synchronous, busy_timeout)
 
         def open_reader(_: sqlite3.Connection | None) -> None:
-            reader.conn = _open_reader(p, busy_timeout)
+            if read_only:
+                reader.conn = _open_read_only(p, busy_timeout)
+            else:
+                reader.conn = _open_reader(p, busy_timeout)
 
         try:
             try:
                 await trio.lowlevel.checkpoint_if_cancelled()
-                await writer.call(_Call(open_writer))
+                if not read_only:
+                    await writer.call(_Call(open_writer))
                 await reader.call(_Call(open_reader))
             except sqlite3.Error as exc:
                 raise _map_error(exc, f"{p}: cannot open") from exc
@@ -530,7 +571,9 @@ class SQLiteStore:
                 for t in threads:
                     await t.call(_Call(_close_conn(t), last=True))
             raise
-        return cls(p, writer, reader, synchronous)
+        store = cls(p, writer, reader, synchronous)
+        store._read_only = read_only
+        return store
 
     @property
     def path(self) -> Path:
@@ -575,6 +618,8 @@ class SQLiteStore:
         self._check_open()
         if not events:
             return expected_version
+        if self._read_only:
+            raise StoreError(f"{self._path}: the store was opened read-only")
         check_batch(session_id, events, expected_version)
         rows = [
             (
