@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import select
 import subprocess
 import sys
-import time
 
 import pytest
+
+from _procs import readline_within
 
 pytestmark = pytest.mark.postgres
 
@@ -68,37 +67,22 @@ def _spawn(dsn: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _readline(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    line = b""
-    while not line.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
-            raise AssertionError(f"no line from the hub within {timeout}s (got {line!r})")
-        chunk = os.read(proc.stdout.fileno(), 1)
-        if not chunk:
-            raise AssertionError(f"the hub exited (got {line!r}, code {proc.wait()})")
-        line += chunk
-    return line.decode().strip()
-
-
 def test_two_hub_processes_one_owner_then_takeover(pg_dsn: str) -> None:
     first = _spawn(pg_dsn)
     try:
-        assert _readline(first) == "owner committed"
+        assert readline_within(first) == "owner committed"
         second = _spawn(pg_dsn)
         try:
-            refusal = _readline(second)
+            refusal = readline_within(second)
             # the typed error, naming the process that holds the session
             assert refusal.startswith("elsewhere") and f"pid={first.pid}" in refusal
-            assert _readline(first) == "history 3"
+            assert readline_within(first) == "history 3"
             assert first.stdin is not None and second.stdin is not None
             first.stdin.write(b"exit\n")
             assert first.wait(timeout=30) == 0
             second.stdin.write(b"go\n")
             # the second hub owns it now and sees the whole history, plus its turn
-            assert _readline(second) == "took-over committed 4"
+            assert readline_within(second) == "took-over committed 4"
             assert second.wait(timeout=30) == 0
         finally:
             if second.poll() is None:

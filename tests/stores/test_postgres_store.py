@@ -1,14 +1,13 @@
 import os
-import select
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 import turnledger
+from _procs import readline_within
 from turnledger import ConcurrencyConflict, SessionOwnedElsewhere, StoreUnavailable
 from turnledger.adapters.stores import PostgresStore
 from turnledger.adapters.stores.postgres import SCHEMA_VERSION
@@ -212,35 +211,20 @@ def _spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _readline(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    line = b""
-    while not line.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
-            raise AssertionError(f"no line from the child within {timeout}s (got {line!r})")
-        chunk = os.read(proc.stdout.fileno(), 1)
-        if not chunk:
-            raise AssertionError(f"the child exited (got {line!r}, code {proc.wait()})")
-        line += chunk
-    return line.decode().strip()
-
-
 def test_two_processes_one_session(pg_dsn: str) -> None:
     procs = [_spawn(_HUB, pg_dsn, "shared"), _spawn(_HUB, pg_dsn, "shared")]
     try:
-        first = [_readline(p) for p in procs]
+        first = [readline_within(p) for p in procs]
         assert sorted(line.split()[0] for line in first) == ["elsewhere", "owner"]
         owner, other = procs if first[0] == "owner" else procs[::-1]
         refusal = first[procs.index(other)]
         assert f"turnledger pid={owner.pid}" in refusal  # names the holder
-        assert _readline(owner) == "appended 12"
+        assert readline_within(owner) == "appended 12"
         assert owner.stdin is not None and other.stdin is not None
         owner.stdin.write(b"exit\n")
         assert owner.wait(timeout=30) == 0
         other.stdin.write(b"go\n")
-        assert _readline(other) == "took-over 12"
+        assert readline_within(other) == "took-over 12"
         assert other.wait(timeout=30) == 0
     finally:
         for p in procs:
