@@ -376,7 +376,10 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     c.add_argument("--db", default="turnledger-chat.db", help="event log (default: %(default)s)")
     c.add_argument("--session", default="chat", help="session id (default: %(default)s)")
     c.add_argument("--system", default=None, help="system prompt (fixed when the session starts)")
-    c.add_argument("--max-request-bytes", type=_positive(int), default=None, metavar="N")
+    c.add_argument("--max-request-bytes", type=_positive(int), default=None, metavar="N",
+                   help="cap on the request body, in bytes")  # fmt: skip
+    c.add_argument("--max-prompt-tokens", type=_positive(int), default=None, metavar="N",
+                   help="cap on the estimated prompt tokens (about 4 characters a token)")  # fmt: skip
     c.add_argument("--timeout", type=_positive(float), default=120.0, metavar="SECONDS",
                    help="overall deadline per turn (default: %(default)s)")  # fmt: skip
     c.add_argument("--max-tokens", type=int, default=None)
@@ -486,6 +489,7 @@ async def _run_chat(args: argparse.Namespace) -> int:
                     model=model,
                     system=args.system or "",
                     max_request_bytes=args.max_request_bytes,
+                    max_prompt_tokens=args.max_prompt_tokens,
                     turn_deadline=args.timeout,
                 ) as hub:
                     with chat_scope:

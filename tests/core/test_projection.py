@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from turnledger.events import RequestId, TurnRejected, TurnSubmitted, Window
 from turnledger.sessions import (
     Budget,
+    CharTokenEstimator,
     ChatMessage,
     Completed,
     History,
@@ -80,6 +81,8 @@ def test_linear_size_equals_the_real_body_byte_for_byte(
     context_start=st.integers(0, 12),
     budget=st.one_of(st.none(), st.integers(0, 1500)),
     extra=extras,
+    max_tokens=st.one_of(st.none(), st.integers(0, 200)),
+    chars_per_token=st.sampled_from([1.0, 2.5, 4.0]),
 )
 def test_projection_chooses_what_the_naive_loop_chooses(
     system: str,
@@ -88,10 +91,13 @@ def test_projection_chooses_what_the_naive_loop_chooses(
     context_start: int,
     budget: int | None,
     extra: dict[str, object],
+    max_tokens: int | None,
+    chars_per_token: float,
 ) -> None:
     turns = History([Turn(RequestId(f"r{i}"), q, a) for i, (q, a) in enumerate(pairs)])
     context_start = min(context_start, len(turns))
-    b = Budget(budget, JsonChatEncoder(extra=extra))
+    estimator = CharTokenEstimator(chars_per_token)
+    b = Budget(budget, JsonChatEncoder(extra=extra), max_tokens, estimator)
     fast = plan("m", system, turns, context_start, question, b)
     slow = naive_plan("m", system, turns, context_start, question, b)
     assert fast == slow
@@ -100,6 +106,9 @@ def test_projection_chooses_what_the_naive_loop_chooses(
         assert len(body) == fast.request_bytes
         assert budget is None or len(body) <= budget
         assert fast.turns_sent + fast.turns_dropped == len(turns) - context_start
+        sent = build_messages(system, turns, fast.turns_sent, question)
+        tokens = estimator.request_tokens + sum(map(estimator.message_tokens, sent))
+        assert max_tokens is None or tokens <= max_tokens
 
 
 def test_cached_sizes_are_shared_and_survive_branching() -> None:
@@ -266,3 +275,20 @@ def test_window_trim_then_timeout_leaves_the_window_alone() -> None:
     s.when(Submit(rid("narrow"), "q3"))
     s.when(Timeout(rid("narrow")))
     assert s.state.context == before.context and s.state.turns == before.turns
+
+
+def test_a_token_budget_trims_by_whole_turns_and_rejects_what_cannot_fit() -> None:
+    est = CharTokenEstimator(chars_per_token=1.0, per_message=0, per_request=0)
+    s = given(start=Start("", "m"))
+    for i in range(3):
+        s.when(Submit(rid(f"r{i}"), "q" * 10))
+        s.when(Completed(rid(f"r{i}"), "a" * 10, "stop"))
+    # each turn is 20 "tokens", the question 10: room for one old turn
+    s.budget = Budget(None, max_prompt_tokens=35, estimator=est)
+    (ev,) = s.when(Submit(rid("x"), "z" * 10))
+    assert isinstance(ev, TurnSubmitted) and (ev.turns_sent, ev.turns_dropped) == (1, 2)
+    s.when(Completed(rid("x"), "ok", "stop"))
+    s.budget = Budget(None, max_prompt_tokens=9, estimator=est)
+    (ev,) = s.when(Submit(rid("y"), "z" * 10))
+    assert isinstance(ev, TurnRejected) and ev.reason == "over_budget"
+    assert "about 10 tokens" in ev.detail and "9" in ev.detail

@@ -36,3 +36,21 @@ async def test_ids_that_are_not_text_are_refused_before_anything_runs(session_id
             await hub.submit("s", "q", request_id=session_id)
         assert hub.statistics().actors_started == 0
     assert await store.read_all() == []
+
+
+async def test_the_hub_applies_the_token_budget() -> None:
+    from turnledger.sessions import CharTokenEstimator
+
+    store = MemoryStore()
+    estimator = CharTokenEstimator(chars_per_token=1.0, per_message=0, per_request=0)
+    async with open_hub(
+        store, ScriptedProvider(), model="m", max_prompt_tokens=40, token_estimator=estimator
+    ) as hub:
+        ok = await (await hub.submit("s", "q" * 10)).outcome()
+        assert isinstance(ok, CommittedResult)  # the echo answer is 16 characters
+        too_big = await (await hub.submit("s", "q" * 41)).outcome()
+        assert isinstance(too_big, RejectedResult) and too_big.reason == "over_budget"
+        await (await hub.submit("s", "r" * 20)).outcome()
+    submitted = [e.payload for e in await store.read("s") if e.tag == "turn_submitted"]
+    # the third question (20) plus the first turn (10 + 16) is over 40: trimmed
+    assert [(p["turns_sent"], p["turns_dropped"]) for p in submitted] == [(0, 0), (0, 1)]

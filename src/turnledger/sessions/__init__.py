@@ -41,7 +41,15 @@ from ._messages import (
     Timeout,
 )
 from ._ports import ChatRequest, Completion, Provider, StreamSink
-from ._projection import Budget, Plan, build_messages, naive_plan, plan
+from ._projection import (
+    Budget,
+    CharTokenEstimator,
+    Plan,
+    TokenEstimator,
+    build_messages,
+    naive_plan,
+    plan,
+)
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, Role
 from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult
 
@@ -53,6 +61,7 @@ __all__ = [
     "TRANSITIONS",
     "Budget",
     "Cancel",
+    "CharTokenEstimator",
     "ChatMessage",
     "ChatRequest",
     "Committed",
@@ -86,6 +95,7 @@ __all__ = [
     "Streaming",
     "Submit",
     "Timeout",
+    "TokenEstimator",
     "Turn",
     "TurnHandle",
     "TurnResult",

@@ -32,7 +32,7 @@ from ._history import Turn
 from ._machine import SessionState, replay
 from ._messages import Cancel, Start, Submit
 from ._ports import Provider
-from ._projection import Budget
+from ._projection import Budget, CharTokenEstimator, TokenEstimator
 from ._results import TurnResult
 
 __all__ = ["Hub", "HubStatistics", "TurnHandle", "open_hub"]
@@ -56,6 +56,8 @@ def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float |
 class _Config:
     start: Start
     max_request_bytes: int | None
+    max_prompt_tokens: int | None
+    token_estimator: TokenEstimator
     turn_deadline: float | None = attrs.field(validator=_positive_or_none)
     idle_timeout: float | None = attrs.field(validator=_positive_or_none)
     passivate_after: float | None = attrs.field(validator=_positive_or_none)
@@ -197,7 +199,12 @@ class Hub:
         self._store = store
         self._provider = provider
         self._config = config
-        self._budget = Budget(config.max_request_bytes, provider.encoder)
+        self._budget = Budget(
+            config.max_request_bytes,
+            provider.encoder,
+            config.max_prompt_tokens,
+            config.token_estimator,
+        )
         self._actors: dict[str, _Actor] = {}
         self._starting: dict[str, trio.Event] = {}
         self._stopping: dict[str, trio.Event] = {}
@@ -394,6 +401,8 @@ async def open_hub(
     policy: HistoryPolicy | None = None,
     on_busy: OnBusy = "reject",
     max_request_bytes: int | None = None,
+    max_prompt_tokens: int | None = None,
+    token_estimator: TokenEstimator | None = None,
     turn_deadline: float | None = 60.0,
     idle_timeout: float | None = 30.0,
     passivate_after: float | None = 300.0,
@@ -412,6 +421,8 @@ async def open_hub(
             ``"reject"`` (a Submit while a turn is in flight is refused) or
             ``"supersede"`` (it discards the turn in flight and goes ahead).
         max_request_bytes: cap on the encoded request body; ``None`` for none.
+        max_prompt_tokens: optional second cap, on the estimated prompt
+            tokens (``token_estimator``, default :class:`CharTokenEstimator`).
         turn_deadline: seconds a turn may take in all (``Timeout "deadline"``).
         idle_timeout: seconds without progress (response start or delta)
             before a turn is discarded (``Timeout "idle"``).
@@ -431,6 +442,8 @@ async def open_hub(
     config = _Config(
         start=Start(system, model, Ledger() if policy is None else policy, on_busy),
         max_request_bytes=max_request_bytes,
+        max_prompt_tokens=max_prompt_tokens,
+        token_estimator=token_estimator or CharTokenEstimator(),
         turn_deadline=turn_deadline,
         idle_timeout=idle_timeout,
         passivate_after=passivate_after,

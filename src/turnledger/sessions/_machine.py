@@ -316,14 +316,18 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
         return (TurnRejected(rid, "busy", f"request {current} is in flight"),)
     p = plan(config.model, config.system, state.turns, state.context_start, msg.question, budget)
     if not p.fits:
-        return (
-            TurnRejected(
-                rid,
-                "over_budget",
+        limit = budget.max_request_bytes
+        if limit is not None and p.mandatory_bytes > limit:
+            detail = (
                 f"system prompt and question need {p.mandatory_bytes} bytes; "
-                f"the budget is {budget.max_request_bytes}",
-            ),
-        )
+                f"the budget is {limit}"
+            )
+        else:
+            detail = (
+                f"system prompt and question need about {p.mandatory_tokens} tokens; "
+                f"the budget is {budget.max_prompt_tokens}"
+            )
+        return (TurnRejected(rid, "over_budget", detail),)
     submitted = TurnSubmitted(rid, msg.question, p.turns_sent, p.turns_dropped, p.request_bytes)
     if superseding:
         assert current is not None

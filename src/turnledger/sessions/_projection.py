@@ -13,14 +13,68 @@ turns fit is a binary search over them.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
+from typing import Protocol
 
 import attrs
 
 from ._history import History, Turn
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder
 
-__all__ = ["Budget", "Plan", "build_messages", "naive_plan", "plan"]
+__all__ = [
+    "Budget",
+    "CharTokenEstimator",
+    "Plan",
+    "TokenEstimator",
+    "build_messages",
+    "naive_plan",
+    "plan",
+]
+
+
+class TokenEstimator(Protocol):
+    """Estimates the prompt tokens of a request, message by message.
+
+    An estimate, not a tokenizer: the byte budget stays the exact limit; this
+    one keeps requests inside a model's context window with a margin.
+    """
+
+    @property
+    def cache_key(self) -> object:
+        """Equal for estimators that give every message the same estimate."""
+        ...
+
+    @property
+    def request_tokens(self) -> int:
+        """Tokens every request costs besides its messages."""
+        ...
+
+    def message_tokens(self, message: ChatMessage) -> int:
+        """Estimated tokens of one message, its role markers included."""
+        ...
+
+
+@attrs.frozen
+class CharTokenEstimator:
+    """About ``chars_per_token`` characters a token, plus ``per_message``
+    tokens of role markers and ``per_request`` of priming (OpenAI's rule of
+    thumb for English; use fewer characters a token for CJK text)."""
+
+    chars_per_token: float = attrs.field(default=4.0, validator=attrs.validators.gt(0))
+    per_message: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    per_request: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+
+    @property
+    def cache_key(self) -> object:
+        return (CharTokenEstimator, self.chars_per_token, self.per_message)
+
+    @property
+    def request_tokens(self) -> int:
+        return self.per_request
+
+    def message_tokens(self, message: ChatMessage) -> int:
+        return self.per_message + math.ceil(len(message.content) / self.chars_per_token)
 
 
 @attrs.frozen
@@ -30,10 +84,15 @@ class Budget:
     Args:
         max_request_bytes: cap on the encoded request body; ``None`` for none.
         encoder: the adapter's request encoder (measures and serializes).
+        max_prompt_tokens: optional second cap, on the *estimated* prompt
+            tokens; ``None`` for none. A request must fit both caps.
+        estimator: how prompt tokens are estimated.
     """
 
     max_request_bytes: int | None = None
     encoder: RequestEncoder = attrs.field(factory=JsonChatEncoder)
+    max_prompt_tokens: int | None = None
+    estimator: TokenEstimator = attrs.field(factory=CharTokenEstimator)
 
 
 @attrs.frozen
@@ -48,6 +107,8 @@ class Plan:
     request_bytes: int
     #: Size of the system prompt plus the question alone.
     mandatory_bytes: int
+    #: Estimated prompt tokens of the system prompt plus the question alone.
+    mandatory_tokens: int = 0
 
     @property
     def fits(self) -> bool:
@@ -105,19 +166,37 @@ def plan(
         )
 
     prefix = turns.prefix(enc.cache_key, turn_cost)
+    est = budget.estimator
+    max_tokens = budget.max_prompt_tokens
+    mandatory_tokens = est.request_tokens + sum(est.message_tokens(m) for m in mandatory)
     limit = budget.max_request_bytes
-    if limit is not None and mandatory_bytes > limit:
-        return Plan(0, available, -1, mandatory_bytes)
-    if limit is None:
-        start = context_start
-    else:
-        # Sending turns[j:n] costs mandatory + prefix[n] - prefix[j]; find the
-        # smallest j >= context_start for which that fits.
+    if (limit is not None and mandatory_bytes > limit) or (
+        max_tokens is not None and mandatory_tokens > max_tokens
+    ):
+        return Plan(0, available, -1, mandatory_bytes, mandatory_tokens)
+    # Sending turns[j:n] costs mandatory + prefix[n] - prefix[j]; the
+    # smallest j >= context_start for which each cap holds is a binary
+    # search, and a request must meet both caps.
+    start = context_start
+    if limit is not None:
         threshold = mandatory_bytes + prefix[n] - limit
-        start = max(bisect_left(prefix, threshold, 0, n + 1), context_start)
+        start = max(start, bisect_left(prefix, threshold, 0, n + 1))
+    if max_tokens is not None:
+
+        def turn_tokens(t: Turn) -> int:
+            return est.message_tokens(ChatMessage("user", t.question)) + est.message_tokens(
+                ChatMessage("assistant", t.answer)
+            )
+
+        tokens = turns.prefix(("tokens", est.cache_key), turn_tokens)
+        start = max(start, bisect_left(tokens, mandatory_tokens + tokens[n] - max_tokens, 0, n + 1))
     sent = n - start
     return Plan(
-        sent, available - sent, mandatory_bytes + prefix[n] - prefix[start], mandatory_bytes
+        sent,
+        available - sent,
+        mandatory_bytes + prefix[n] - prefix[start],
+        mandatory_bytes,
+        mandatory_tokens,
     )
 
 
@@ -134,11 +213,17 @@ def naive_plan(
     Quadratic; kept for tests and benchmarks only.
     """
     enc = budget.encoder
+    est = budget.estimator
     n = len(turns)
-    mandatory_bytes = len(enc.encode(model, _mandatory(system, question)))
+    mandatory = _mandatory(system, question)
+    mandatory_bytes = len(enc.encode(model, mandatory))
+    mandatory_tokens = est.request_tokens + sum(est.message_tokens(m) for m in mandatory)
     limit = budget.max_request_bytes
+    max_tokens = budget.max_prompt_tokens
     for start in range(context_start, n + 1):
-        size = len(enc.encode(model, build_messages(system, turns, n - start, question)))
-        if limit is None or size <= limit:
-            return Plan(n - start, start - context_start, size, mandatory_bytes)
-    return Plan(0, n - context_start, -1, mandatory_bytes)
+        messages = build_messages(system, turns, n - start, question)
+        size = len(enc.encode(model, messages))
+        tokens = est.request_tokens + sum(est.message_tokens(m) for m in messages)
+        if (limit is None or size <= limit) and (max_tokens is None or tokens <= max_tokens):
+            return Plan(n - start, start - context_start, size, mandatory_bytes, mandatory_tokens)
+    return Plan(0, n - context_start, -1, mandatory_bytes, mandatory_tokens)
