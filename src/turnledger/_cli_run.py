@@ -379,7 +379,7 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     c.add_argument("--max-request-bytes", type=_positive(int), default=None, metavar="N",
                    help="cap on the request body, in bytes")  # fmt: skip
     c.add_argument("--max-prompt-tokens", type=_positive(int), default=None, metavar="N",
-                   help="cap on the estimated prompt tokens (about 4 characters a token)")  # fmt: skip
+                   help="cap on the estimated prompt tokens (~4 characters a token)")  # fmt: skip
     c.add_argument("--timeout", type=_positive(float), default=120.0, metavar="SECONDS",
                    help="overall deadline per turn (default: %(default)s)")  # fmt: skip
     c.add_argument("--max-tokens", type=int, default=None)
