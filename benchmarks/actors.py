@@ -158,11 +158,13 @@ def hub_turns(sessions: int, turns: int, policy: Any = None) -> tuple[float, Any
     return trio.run(main)
 
 
-def pure_turns(turns: int, policy: Any) -> float:
-    """Seconds for ``turns`` turns through decide/evolve alone (no I/O, no codec)."""
+def pure_turns(turns: int, policy: Any, *, codec: bool = False) -> float:
+    """Seconds for ``turns`` turns through decide/evolve alone (no I/O), with
+    ``codec``: plus encoding each event into its stored envelope."""
     state: Any = initial_state()
     for ev in decide(state, Start("", "m", policy)):
         state = evolve(state, ev)
+    encode = DEFAULT_CODEC.encode if codec else None
     t0 = time.perf_counter()
     for t in range(turns):
         rid = RequestId(f"r{t}")
@@ -172,26 +174,8 @@ def pure_turns(turns: int, policy: Any) -> float:
             Completed(rid, "ok", "stop"),
         ):
             for ev in decide(state, msg):
-                state = evolve(state, ev)
-    return time.perf_counter() - t0
-
-
-def pure_turns_with_codec(turns: int, policy: Any) -> float:
-    """As pure_turns, plus encoding each event into its stored envelope."""
-    state: Any = initial_state()
-    for ev in decide(state, Start("", "m", policy)):
-        state = evolve(state, ev)
-    encode = DEFAULT_CODEC.encode
-    t0 = time.perf_counter()
-    for t in range(turns):
-        rid = RequestId(f"r{t}")
-        for msg in (
-            Submit(rid, f"question {t}"),
-            ResponseStarted(rid),
-            Completed(rid, "ok", "stop"),
-        ):
-            for ev in decide(state, msg):
-                encode(ev, session_id="s", seq=state.version + 1, recorded_at=0.0)
+                if encode is not None:
+                    encode(ev, session_id="s", seq=state.version + 1, recorded_at=0.0)
                 state = evolve(state, ev)
     return time.perf_counter() - t0
 
@@ -309,7 +293,7 @@ def main() -> None:
     policy = Window(8)
     n_pure = 20_000
     pure = median_of(runs, lambda: pure_turns(n_pure, policy)) / n_pure
-    pure_codec = median_of(runs, lambda: pure_turns_with_codec(n_pure, policy)) / n_pure
+    pure_codec = median_of(runs, lambda: pure_turns(n_pure, policy, codec=True)) / n_pure
     n_one = 2_000
     one = median_of(runs, lambda: hub_turns(1, n_one, policy)[0]) / n_one
     conc = hub_s / total

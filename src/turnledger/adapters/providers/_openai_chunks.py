@@ -157,14 +157,7 @@ class OpenAIChunkValidator:
             return ""
         if len(choices) > 1:
             raise protocol("more than one choice in a chunk")
-        choice = choices[0]
-        if type(choice) is not dict:
-            raise malformed("a choice is not an object")
-        index = choice.get("index", 0)
-        if type(index) is not int:
-            raise malformed("a choice index is not an integer")
-        if index:
-            raise protocol(f"a choice at index {index}")
+        choice = _the_choice(choices[0])
         text = ""
         delta = choice.get("delta")
         if delta is not None:
@@ -204,6 +197,18 @@ class OpenAIChunkValidator:
                 raise incomplete("the stream ended after the finish_reason but before [DONE]")
             raise incomplete("the stream ended before a finish_reason and [DONE]")
         return Completion("".join(self._parts), self._finish, self._usage)
+
+
+def _the_choice(choice: Any) -> dict[str, Any]:
+    # The one choice a plain-text chat answer has, at index 0.
+    if type(choice) is not dict:
+        raise malformed("a choice is not an object")
+    index = choice.get("index", 0)
+    if type(index) is not int:
+        raise malformed("a choice index is not an integer")
+    if index:
+        raise protocol(f"a choice at index {index}")
+    return choice
 
 
 def _too_long(limit: int) -> LimitExceeded:
@@ -266,14 +271,7 @@ def parse_openai_completion(text: str, limits: StreamLimits | None = None) -> Co
         raise malformed("choices is not a list")
     if len(choices) != 1:
         raise protocol(f"{len(choices)} choices instead of one")
-    choice = choices[0]
-    if type(choice) is not dict:
-        raise malformed("a choice is not an object")
-    index = choice.get("index", 0)
-    if type(index) is not int:
-        raise malformed("a choice index is not an integer")
-    if index:
-        raise protocol(f"a choice at index {index}")
+    choice = _the_choice(choices[0])
     message = choice.get("message")
     if type(message) is not dict:
         raise malformed("the choice has no message object")
