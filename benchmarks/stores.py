@@ -1,6 +1,7 @@
 """Store throughput: group commit against its baselines, and replay speed.
 
-    python benchmarks/stores.py [--big] [--sessions N] [--turns N] [--repeat N]
+    python benchmarks/stores.py [--big] [--only appends|replay] [--sessions N]
+        [--turns N] [--repeat N] [--replay-sessions N] [--replay-batch N]
 
 Appends. A *turn* is one append of 3 events (TurnSubmitted, StreamStarted,
 TurnCommitted; a 100-character question and a 600-character answer, mixed
@@ -19,10 +20,24 @@ with WAL and the same ``synchronous`` setting (FULL unless ``--synchronous``):
                  per turn in a plain loop (its best case: no thread hops).
 
 Replay. ``--replay-sessions`` sessions of ``--replay-turns`` turns each
-(SessionStarted + 3 events per turn), read session by session:
+(SessionStarted + 3 events per turn), each bare session read with its own
+SELECT:
 
-- ``typed``       ``SQLiteStore.read`` + ``DEFAULT_CODEC.decode`` of every event
+- ``typed``       ``SQLiteStore.read_decoded(sid, DEFAULT_CODEC)`` session by
+                  session: how the hub opens one session (typed events, no
+                  envelopes). Each read is a trip to the reader thread and
+                  back, which costs about 100 µs of CPU on this kind of
+                  machine (mostly trio's wake-up), about 1 µs per event here
 - ``typed+fold``  the same, then ``turnledger.sessions.replay`` into a state
+- ``typed bulk``  ``SQLiteStore.read_decoded_many`` of ``--replay-batch``
+                  sessions at a time, each session's typed events handed to a
+                  fold that counts them (one trip to the reader thread per
+                  batch, still one SELECT per session): the bulk path that
+                  ``turnledger replay DB`` takes for a whole file
+- ``bulk+fold``   the same with ``turnledger.sessions.replay_sessions``: each
+                  session folded into its state on the reader thread
+- ``envelopes``   ``SQLiteStore.read`` (``StoredEvent`` envelopes with exact
+                  parsed payloads) + ``DEFAULT_CODEC.decode`` of each
 - ``codec alone`` the same SELECT on the calling thread, orjson and
                   ``DEFAULT_CODEC.from_payload``: the typing without the
                   store's envelope and thread hop
@@ -31,7 +46,11 @@ Replay. ``--replay-sessions`` sessions of ``--replay-turns`` turns each
 - ``eventsourcing``  ``select_events`` + ``json.loads`` + the same dict fold
 
 Figures are medians over ``--repeat`` runs; ratios are taken between medians
-of the same run.
+of the same run. Replay runs are short and this kind of machine drifts, so
+the replay contenders take turns (one run of each per round, ``--replay-rounds``
+rounds) and each ratio is also given as the median of its per-round ratios.
+Replay also shows the CPU time of the whole process (every thread): where it
+matches the wall time, a gap is work, not waiting.
 """
 
 from __future__ import annotations
@@ -67,7 +86,7 @@ from turnledger.events import (
     TurnSubmitted,
     Usage,
 )
-from turnledger.sessions import replay
+from turnledger.sessions import replay, replay_sessions
 
 QUESTION = "问题 {i}: how does the ledger keep “turn {i}” whole? 🌱 " + "x" * 50
 ANSWER_TEXT = "the answer is committed only when complete. "
@@ -223,35 +242,80 @@ def dict_fold(state: dict[str, Any], tag: str, payload: dict[str, Any]) -> None:
     state["version"] += 1
 
 
-async def _fill(path: Path, sids: list[str], turns: list[list[list[StoredEvent]]]) -> None:
+def session_events(sid: str, turns: int) -> list[StoredEvent]:
+    # Made afresh for each session, so the harness keeps no copy of the data
+    # set alive while the contenders run (their GC would walk it).
+    return [session_started(sid)] + [e for i in range(turns) for e in turn(sid, i)]
+
+
+async def _fill(path: Path, sids: list[str], turns: int) -> None:
     store = await SQLiteStore.open(path, synchronous="NORMAL")
     try:
-        for n, sid in enumerate(sids):
-            batch = [session_started(sid)] + [e for t in turns[n] for e in t]
-            await store.append(sid, batch, 0)
+        for sid in sids:
+            await store.append(sid, session_events(sid, turns), 0)
     finally:
         await store.aclose()
 
 
-async def _typed_replay(path: Path, sids: list[str], fold: bool) -> float:
+Times = tuple[float, float]  # (wall seconds, CPU seconds of the whole process)
+
+
+def _now() -> Times:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(t0: Times) -> Times:
+    return time.perf_counter() - t0[0], time.process_time() - t0[1]
+
+
+async def _typed_replay(path: Path, sids: list[str], fold: bool) -> Times:
     store = await SQLiteStore.open(path)
     try:
-        decode = DEFAULT_CODEC.decode
-        t0 = time.perf_counter()
+        t0 = _now()
         for sid in sids:
-            events = [decode(e) for e in await store.read(sid)]
+            events = await store.read_decoded(sid, DEFAULT_CODEC)
             if fold:
                 replay(events)
-        return time.perf_counter() - t0
+        return _since(t0)
     finally:
         await store.aclose()
 
 
-def typed_replay(path: Path, sids: list[str], fold: bool) -> float:
+def typed_replay(path: Path, sids: list[str], fold: bool) -> Times:
     return trio.run(_typed_replay, path, sids, fold)
 
 
-def direct_replay(path: Path, sids: list[str]) -> float:
+def _count(session_id: str, events: list[Event]) -> int:
+    return len(events)
+
+
+async def _bulk_replay(path: Path, sids: list[str], batch: int, fold: bool) -> Times:
+    store = await SQLiteStore.open(path)
+    try:
+        t0 = _now()
+        for i in range(0, len(sids), batch):
+            if fold:
+                await replay_sessions(store, sids[i : i + batch])
+            else:
+                await store.read_decoded_many(sids[i : i + batch], DEFAULT_CODEC, _count)
+        return _since(t0)
+    finally:
+        await store.aclose()
+
+
+async def _envelope_replay(path: Path, sids: list[str]) -> Times:
+    store = await SQLiteStore.open(path)
+    try:
+        decode = DEFAULT_CODEC.decode
+        t0 = _now()
+        for sid in sids:
+            [decode(e) for e in await store.read(sid)]
+        return _since(t0)
+    finally:
+        await store.aclose()
+
+
+def direct_replay(path: Path, sids: list[str]) -> Times:
     # The typing alone, without the store: the same SELECT on this thread,
     # orjson, then the codec's typed decode of each payload; no envelope, no
     # thread hop. Shows what the store's envelope and hop cost on top.
@@ -260,40 +324,40 @@ def direct_replay(path: Path, sids: list[str]) -> float:
     conn = sqlite3.connect(path)
     from_payload = DEFAULT_CODEC.from_payload
     loads = orjson.loads
-    t0 = time.perf_counter()
+    t0 = _now()
     for sid in sids:
         for tag, version, payload in conn.execute(
             "SELECT tag, schema_version, payload FROM events WHERE session_id = ? ORDER BY seq",
             (sid,),
         ):
             from_payload(tag, version, loads(payload))
-    elapsed = time.perf_counter() - t0
+    elapsed = _since(t0)
     conn.close()
     return elapsed
 
 
-def bare_replay(path: Path, sids: list[str]) -> float:
+def bare_replay(path: Path, sids: list[str]) -> Times:
     conn = sqlite3.connect(path)
-    t0 = time.perf_counter()
+    t0 = _now()
     for sid in sids:
         state: dict[str, Any] = {"turns": [], "pending": None, "version": 0}
         for tag, payload in conn.execute(
             "SELECT tag, payload FROM events WHERE session_id = ? ORDER BY seq", (sid,)
         ):
             dict_fold(state, tag, json.loads(payload))
-    elapsed = time.perf_counter() - t0
+    elapsed = _since(t0)
     conn.close()
     return elapsed
 
 
-def es_replay(path: Path, sids: list[str]) -> float:
+def es_replay(path: Path, sids: list[str]) -> Times:
     datastore, recorder = _es_recorder(path)
-    t0 = time.perf_counter()
+    t0 = _now()
     for sid in sids:
         state: dict[str, Any] = {"turns": [], "pending": None, "version": 0}
         for ev in recorder.select_events(sid):
             dict_fold(state, ev.topic, json.loads(ev.state))
-    elapsed = time.perf_counter() - t0
+    elapsed = _since(t0)
     datastore.close()
     return elapsed
 
@@ -318,6 +382,9 @@ def main() -> None:
     parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL"])
     parser.add_argument("--replay-sessions", type=int, help="default 200; --big 1000")
     parser.add_argument("--replay-turns", type=int, default=30)
+    parser.add_argument("--only", choices=["appends", "replay"], help="run one half")
+    parser.add_argument("--replay-batch", type=int, default=100, help="sessions per bulk read")
+    parser.add_argument("--replay-rounds", type=int, help="default 9; --big 15")
     parser.add_argument("--answer-chars", type=int, default=600, help="answer length")
     args = parser.parse_args()
     global ANSWER
@@ -325,11 +392,19 @@ def main() -> None:
     turns_per = args.turns or (10 if args.big else 3)
     repeat = args.repeat or (5 if args.big else 3)
     replay_sessions = args.replay_sessions or (1000 if args.big else 200)
+    rounds = args.replay_rounds or (15 if args.big else 9)
     sync = args.synchronous
 
     print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
           f"{os.cpu_count()} cpus; tmp dir {os.environ.get('BENCH_DIR') or tempfile.gettempdir()}")
-    sids, turns = dataset(args.sessions, turns_per)
+    if args.only != "replay":
+        appends(args.sessions, turns_per, repeat, sync)
+    if args.only != "appends":
+        replays(replay_sessions, args.replay_turns, rounds, args.replay_batch)
+
+
+def appends(sessions: int, turns_per: int, repeat: int, sync: Synchronous) -> None:
+    sids, turns = dataset(sessions, turns_per)
     n_turns = len(sids) * turns_per
     print(f"\nappends: {len(sids)} concurrent sessions x {turns_per} turns = {n_turns} turns "
           f"of 3 events (answers of {len(ANSWER)} chars); WAL, synchronous={sync}; "
@@ -365,41 +440,66 @@ def main() -> None:
     print(f"  group / eventsourcing {rate['group'] / rate['eventsourcing']:6.2f}x   (goal >= 3x)")
     print(f"  eventsourcing / bare  {rate['eventsourcing'] / rate['bare']:6.2f}x")
 
-    rsids, rturns = dataset(replay_sessions, args.replay_turns)
-    n_events = replay_sessions * (1 + 3 * args.replay_turns)
-    print(f"\nreplay: {replay_sessions} sessions x {1 + 3 * args.replay_turns} events = "
-          f"{n_events} events, read session by session; median of {repeat}")
+
+
+def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: int) -> None:
+    rsids = [f"session-{n:05d}" for n in range(replay_sessions)]
+    n_events = replay_sessions * (1 + 3 * replay_turns)
+    print(f"\nreplay: {replay_sessions} sessions x {1 + 3 * replay_turns} events = "
+          f"{n_events} events; {rounds} rounds")
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "replay.db"
-        trio.run(_fill, path, rsids, rturns)
+        trio.run(_fill, path, rsids, replay_turns)
         es_path = Path(d) / "es.db"
         datastore, recorder = _es_recorder(es_path)
         from eventsourcing.persistence import StoredEvent as ESEvent
 
-        for n, sid in enumerate(rsids):
-            batch = [session_started(sid)] + [e for t in rturns[n] for e in t]
+        for sid in rsids:
+            batch = session_events(sid, replay_turns)
             recorder.insert_events(
                 [ESEvent(e.session_id, e.seq, e.tag, _DUMPS(e.payload).encode()) for e in batch]
             )
         datastore.close()
 
-        def med(fn: Callable[[], float]) -> float:
-            return statistics.median(fn() for _ in range(repeat))
-
-        rresults = {
-            "typed": med(lambda: typed_replay(path, rsids, False)),
-            "typed+fold": med(lambda: typed_replay(path, rsids, True)),
-            "codec alone": med(lambda: direct_replay(path, rsids)),
-            "bare": med(lambda: bare_replay(path, rsids)),
-            "eventsourcing": med(lambda: es_replay(es_path, rsids)),
+        contenders: dict[str, Callable[[], Times]] = {
+            "typed": lambda: typed_replay(path, rsids, False),
+            "typed+fold": lambda: typed_replay(path, rsids, True),
+            "typed bulk": lambda: trio.run(_bulk_replay, path, rsids, batch_size, False),
+            "bulk+fold": lambda: trio.run(_bulk_replay, path, rsids, batch_size, True),
+            "envelopes": lambda: trio.run(_envelope_replay, path, rsids),
+            "codec alone": lambda: direct_replay(path, rsids),
+            "bare": lambda: bare_replay(path, rsids),
+            "eventsourcing": lambda: es_replay(es_path, rsids),
         }
-    rrate = {k: n_events / v for k, v in rresults.items()}
-    for name, r in rrate.items():
-        print(f"  {name:14s} {r:10,.0f} events/s  {rresults[name] * 1e6 / n_events:6.2f} µs/event")
-    print(f"  typed / bare          {rrate['typed'] / rrate['bare']:6.2f}x   (goal >= 1x)")
-    print(f"  typed+fold / bare     {rrate['typed+fold'] / rrate['bare']:6.2f}x")
-    print(f"  codec alone / bare    {rrate['codec alone'] / rrate['bare']:6.2f}x")
-    print(f"  eventsourcing / bare  {rrate['eventsourcing'] / rrate['bare']:6.2f}x")
+        runs: dict[str, list[Times]] = {k: [] for k in contenders}
+        for _ in range(rounds):
+            for name, fn in contenders.items():
+                runs[name].append(fn())
+
+    def median(name: str, k: int) -> float:
+        return statistics.median(r[k] for r in runs[name])
+
+    def per_round(name: str, k: int) -> float:
+        # bare's time / the contender's time in the same round: its speed ratio
+        return statistics.median(
+            b[k] / t[k] for b, t in zip(runs["bare"], runs[name], strict=True)
+        )
+
+    print(f"  {'':14s} {'events/s':>10s} {'µs/event':>9s} {'CPU µs/event':>13s}")
+    for name in contenders:
+        wall, cpu = median(name, 0), median(name, 1)
+        print(f"  {name:14s} {n_events / wall:10,.0f} {wall * 1e6 / n_events:9.2f}"
+              f" {cpu * 1e6 / n_events:13.2f}")
+    print("  speed against bare    wall: of medians, per round   CPU: per round")
+    for name in contenders:
+        if name == "bare":
+            continue
+        goal = {
+            "typed bulk": "   (goal >= 1x: replay into typed events)",
+            "typed": "   (one reader-thread trip per session)",
+        }.get(name, "")
+        print(f"  {name + ' / bare':21s} {median('bare', 0) / median(name, 0):6.2f}x"
+              f" {per_round(name, 0):6.2f}x          {per_round(name, 1):6.2f}x{goal}")
 
 
 if __name__ == "__main__":

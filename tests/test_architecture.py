@@ -34,6 +34,7 @@ PURE = [
     "turnledger.sessions._ports",
     "turnledger.sessions._diagram",
     "turnledger.sessions._results",
+    "turnledger.sessions._replay",
     "turnledger.sse",
     "turnledger.adapters.providers._utf8",
     "turnledger.adapters.providers._sse",

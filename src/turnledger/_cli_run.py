@@ -127,12 +127,12 @@ async def _run_demo(args: argparse.Namespace) -> int:
     out("── Replaying the log from disk")
     again = await _open_store(db)
     try:
-        stored = await again.read(session)
+        events = await again.read_decoded(session, DEFAULT_CODEC)
     finally:
         await again.aclose()
-    state = replay(DEFAULT_CODEC.decode(e) for e in stored)
+    state = replay(events)
     match = tuple(state.turns) == demo.live_history
-    out(f"  {len(stored)} events in {db}")
+    out(f"  {len(events)} events in {db}")
     for i, t in enumerate(state.turns, 1):
         out(f"  [{i}] user: {t.question}")
         out(f"      assistant: {t.answer}")

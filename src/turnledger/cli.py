@@ -27,8 +27,9 @@ import trio
 from . import __version__
 from ._cli_errors import Exit, display_db
 from ._errors import CodecError, ReplayError, StoreError, TurnLedgerError
-from ._inspect import phase_name, replay_stored, session_summary, timeline
-from .events import EventStore, StoredEvent
+from ._inspect import phase_name, session_summary, timeline
+from .events import DEFAULT_CODEC, Event, EventStore, StoredEvent
+from .sessions._machine import SessionState, replay
 
 __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
 
@@ -78,14 +79,34 @@ def _print_json(obj: Any) -> None:
 # --- replay / log / sessions ------------------------------------------------
 
 
+#: Sessions per bulk read in ``replay`` (bounds what one read holds).
+_REPLAY_SLICE = 256
+
+
 async def _cmd_replay(args: argparse.Namespace) -> int:
+    at: int | None = args.at
+
+    def fold(session_id: str, events: list[Event]) -> SessionState | None:
+        # Typed events straight from the store's replay path; the state as it
+        # stood after event ``at`` (seq runs 1, 2, ... so that is a prefix).
+        if not events:
+            return None
+        return replay(events if at is None else events[: max(at, 0)])
+
     store = await _open(args.db)
     try:
-        streams = await _load(store, args.session)
+        ids = [args.session] if args.session else await store.session_ids()
+        states: dict[str, SessionState | None] = {}
+        for i in range(0, len(ids), _REPLAY_SLICE):
+            chunk = ids[i : i + _REPLAY_SLICE]
+            states.update(await store.read_decoded_many(chunk, DEFAULT_CODEC, fold))
     finally:
         await store.aclose()
-    for sid, events in streams.items():
-        state = replay_stored(events, at=args.at)
+    found = {sid: state for sid, state in states.items() if state is not None}
+    if not found:
+        what = f"session {args.session!r}" if args.session else "any session"
+        raise Exit(EXIT_NOT_FOUND, f"no events for {what}")
+    for sid, state in found.items():
         turns = [
             {"request_id": t.request_id, "question": t.question, "answer": t.answer}
             for t in state.turns
@@ -101,9 +122,9 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
                 }
             )
             continue
-        at = f" at seq {state.version}" if args.at is not None else ""
+        where = f" at seq {state.version}" if at is not None else ""
         phase = phase_name(state)
-        print(f"session {sid}{at}: {len(turns)} turns, {phase}, version {state.version}")
+        print(f"session {sid}{where}: {len(turns)} turns, {phase}, version {state.version}")
         for i, t in enumerate(turns, 1):
             print(f"  [{i}] user: {t['question']}")
             print(f"      assistant: {t['answer']}")

@@ -220,3 +220,95 @@ def test_fast_path_agrees_with_cattrs(index: int, drop: list[str], put: dict[str
     assert got == expected
     if not isinstance(got, type):
         assert type(got) is type(event)
+
+
+# --- decoding straight from JSON text (the stores' replay path) ------------
+
+
+def _rows(events: list[Any]) -> list[tuple[int, str, int, bytes]]:
+    rows = []
+    for seq, event in enumerate(events, start=1):
+        tag, version, payload = DEFAULT_CODEC.to_payload(event)
+        rows.append((seq, tag, version, json.dumps(payload).encode()))
+    return rows
+
+
+def test_decode_rows_gives_what_decode_gives() -> None:
+    events = sample_events()
+    rows = _rows(events)
+    assert DEFAULT_CODEC.decode_rows("s", rows) == events
+    assert [DEFAULT_CODEC.decode_json("s", *row) for row in rows] == events
+    # str text as well as UTF-8 bytes
+    assert DEFAULT_CODEC.decode_rows("s", [(s, t, v, p.decode()) for s, t, v, p in rows]) == events
+
+
+def test_decode_json_is_exact_where_a_fast_parser_is_not() -> None:
+    # orjson turns integers beyond 64 bits into floats and refuses the escape
+    # of a lone surrogate; decode_json must give json.loads' answer anyway.
+    text = json.dumps(
+        {"request_id": "r", "question": "\ud800", "turns_sent": 2**64,
+         "turns_dropped": -(2**63) - 1, "request_bytes": 10**30}
+    )  # fmt: skip
+    assert "\\ud800" in text
+    event = DEFAULT_CODEC.decode_json("s", 1, "turn_submitted", 1, text)
+    assert event == DEFAULT_CODEC.from_payload("turn_submitted", 1, json.loads(text))
+    assert event.turns_sent == 2**64 and type(event.request_bytes) is int  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "text", [b'{"request_id":', b"[1, 2]", b'"text"', b"", b"\xff\xfe\xfa", b"nul\x00"]
+)
+def test_text_that_is_not_a_json_object_is_a_value_error(text: bytes) -> None:
+    with pytest.raises(ValueError):
+        DEFAULT_CODEC.decode_json("s", 1, "stream_started", 1, text)
+    with pytest.raises(ValueError):
+        DEFAULT_CODEC.decode_rows("s", [(1, "stream_started", 1, text)])
+
+
+def test_decode_json_errors_name_the_stored_place() -> None:
+    with pytest.raises(UnknownEventTag, match=r"session 's' seq 3: .*'nope'"):
+        DEFAULT_CODEC.decode_rows("s", [(3, "nope", 1, b"{}")])
+    with pytest.raises(CodecError, match=r"session 's' seq 2: stream_started v1"):
+        DEFAULT_CODEC.decode_rows("s", [(1, "stream_started", 1, b'{"request_id":"r"}'),
+                                        (2, "stream_started", 1, b'{"request_id":7}')])  # fmt: skip
+
+
+def test_decode_json_upcasts_old_versions() -> None:
+    v1 = b'{"request_id":"r","reason":"timeout","detail":"deadline"}'
+    assert DEFAULT_CODEC.decode_json("s", 1, "turn_discarded", 1, v1) == TurnDiscarded(
+        "r",
+        "timeout",
+        "deadline",
+        0,  # type: ignore[arg-type]
+    )
+
+
+@settings(max_examples=300)
+@hgiven(
+    index=st.integers(0, 6),
+    put=st.dictionaries(
+        st.sampled_from(
+            ["request_id", "answer", "reason", "usage", "preview_chars", "turns_sent",
+             "question", "extra", "total_tokens"]
+        ),
+        _values,
+        max_size=3,
+    ),
+)  # fmt: skip
+def test_decode_json_agrees_with_an_exact_parse_and_cattrs(index: int, put: dict[str, Any]) -> None:
+    event = sample_events()[index]
+    tag, version, payload = DEFAULT_CODEC.to_payload(event)
+    text = json.dumps({**payload, **put}).encode()
+    slow = EventCodec()
+    slow._fast = {}  # cattrs only, on json.loads' result
+    try:
+        expected: Any = slow.from_payload(tag, version, json.loads(text))
+    except CodecError as exc:
+        expected = type(exc)
+    try:
+        got: Any = DEFAULT_CODEC.decode_rows("s", [(1, tag, version, text)])[0]
+    except CodecError as exc:
+        got = type(exc)
+    assert got == expected
+    if not isinstance(got, type):
+        assert all(type(getattr(got, k)) is type(getattr(expected, k)) for k in payload)

@@ -1,5 +1,5 @@
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -297,5 +297,66 @@ async def test_one_transaction_per_append_when_grouping_is_off(tmp_path: Path) -
                     nursery.start_soon(s.append, f"s-{i}", _events(f"s-{i}", 0), 0)
         assert s.stats.transactions == s.stats.appends == 50
         assert s.synchronous == "NORMAL"
+    finally:
+        await s.aclose()
+
+
+@pytest.mark.parametrize("damage", ['{"request_id":', "[1, 2]", "", "\"text\""])
+async def test_a_damaged_payload_is_reported_by_every_read(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "events.db"
+    s = await SQLiteStore.open(path)
+    await s.append("s", _events("s", 0), 0)
+    await s.aclose()
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE events SET payload = ? WHERE seq = 2", (damage,))
+    conn.close()
+    s = await SQLiteStore.open(path, read_only=True)
+    try:
+        with pytest.raises(StoreCorrupted, match="position 2"):
+            await s.read("s")
+        with pytest.raises(StoreCorrupted, match="position 2"):
+            await s.read_all()
+        with pytest.raises(StoreCorrupted, match="'s' seq 2 is not a JSON object"):
+            await s.read_decoded("s", DEFAULT_CODEC)
+        # The events after the damaged one still read, typed or not.
+        assert [e.seq for e in await s.read("s", after=2)] == [3]
+        assert len(await s.read_decoded("s", DEFAULT_CODEC, after=2)) == 1
+    finally:
+        await s.aclose()
+
+
+async def test_read_decoded_many_reads_one_snapshot(tmp_path: Path) -> None:
+    # The reader's transaction spans every session of the call: a commit
+    # from another connection lands either before all reads or after all.
+    path = tmp_path / "events.db"
+    s = await SQLiteStore.open(path)
+    try:
+        await s.append("a", _events("a", 0), 0)
+        await s.append("b", _events("b", 0), 0)
+        other = sqlite3.connect(path, check_same_thread=False)
+
+        class Writing:
+            # A decoder that, while "a" is being read, commits to "b"
+            # through another connection.
+            def decode(self, stored: StoredEvent) -> int:  # pragma: no cover - SQLite uses JSON
+                raise AssertionError
+
+            def decode_rows(
+                self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
+            ) -> list[int]:
+                if session_id == "a":
+                    with other:
+                        other.execute(
+                            "INSERT INTO events (session_id, seq, tag, schema_version, payload,"
+                            " recorded_at) VALUES ('b', 4, 'stream_started', 1,"
+                            " '{\"request_id\":\"b/4\"}', 0)"
+                        )
+                return [row[0] for row in rows]
+
+        got = await s.read_decoded_many(["a", "b"], Writing(), lambda sid, seqs: seqs)
+        other.close()
+        assert got == {"a": [1, 2, 3], "b": [1, 2, 3]}
+        assert [e.seq for e in await s.read("b")] == [1, 2, 3, 4]
     finally:
         await s.aclose()

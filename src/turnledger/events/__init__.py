@@ -26,7 +26,7 @@ from ._events import (
     Usage,
     Window,
 )
-from ._store import EventStore
+from ._store import EventDecoder, EventStore
 from .codec import DEFAULT_CODEC, SCHEMA_VERSIONS, WIRE_TAGS, EventCodec
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "DiscardReason",
     "Event",
     "EventCodec",
+    "EventDecoder",
     "EventStore",
     "HistoryPolicy",
     "Ledger",

@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
 
 from ._envelope import StoredEvent
 
-__all__ = ["EventStore"]
+__all__ = ["EventDecoder", "EventStore"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class EventDecoder(Protocol[_T]):
+    """Turns what a store keeps into typed events; :class:`EventCodec` is one.
+
+    A store calls whichever method fits how it keeps payloads (parsed, or as
+    JSON text), possibly on its own I/O thread, so both must be pure
+    functions of their arguments.
+    """
+
+    def decode(self, stored: StoredEvent) -> _T:
+        """Decode an envelope whose payload is already parsed."""
+        ...
+
+    def decode_rows(
+        self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
+    ) -> list[_T]:
+        """Decode ``(seq, tag, schema_version, text)`` rows of one session,
+        whose payloads are kept as JSON text (UTF-8 bytes or str).
+
+        Raises ``ValueError`` if a text is not a JSON object.
+        """
+        ...
 
 
 @runtime_checkable
@@ -41,6 +67,36 @@ class EventStore(Protocol):
 
     async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
         """Events of one session with ``seq > after``, in order."""
+        ...
+
+    async def read_decoded(
+        self, session_id: str, decoder: EventDecoder[_T], after: int = 0
+    ) -> list[_T]:
+        """What :meth:`read` returns, each event passed through ``decoder``.
+
+        The replay path: a store that keeps JSON text hands it to
+        ``decoder.decode_rows`` without building envelopes, on its I/O thread.
+        Decoder errors propagate unchanged; a payload that is not a JSON
+        object raises ``StoreCorrupted``, as :meth:`read` would.
+        """
+        ...
+
+    async def read_decoded_many(
+        self,
+        session_ids: Sequence[str],
+        decoder: EventDecoder[_T],
+        fold: Callable[[str, list[_T]], _R],
+    ) -> dict[str, _R]:
+        """``fold(session_id, events)`` of every session in ``session_ids``,
+        its events read as :meth:`read_decoded` gives them.
+
+        Bulk replay (rebuilding or auditing many sessions): a store that reads
+        on an I/O thread makes one trip for the lot and calls ``fold`` there,
+        as each session is decoded, so only one session's events are held at
+        a time and only the results come back. ``fold`` must not call the
+        store. Every id asked for is a key, in the order asked (a session
+        without events folds ``[]``).
+        """
         ...
 
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:

@@ -12,7 +12,7 @@ half-built event. Strings are never coerced into numbers or back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import UnionType
 from typing import Any, Final, Literal, TypeAlias, Union, get_args, get_origin, get_type_hints
 
@@ -35,6 +35,8 @@ from ._events import (
     TurnSubmitted,
     Window,
 )
+from ._json import fast_loads as _fast_loads
+from ._json import loads_exact
 
 __all__ = [
     "DEFAULT_CODEC",
@@ -163,35 +165,64 @@ def _fast_structurer(cls: type[Any]) -> _Check:
     ``_Slow``. Nested attrs classes (``Usage``) are structured the same way.
     """
     hints = get_type_hints(cls)
-    env: dict[str, Any] = {"_Slow": _Slow, "_cls": cls}
-    lines = ["def structure(p):", "    if type(p) is not dict: raise _Slow", "    n = 0"]
-    args = []
-    for k, f in enumerate(attrs.fields(cls)):
+    env: dict[str, Any] = {"_Slow": _Slow, "_cls": cls, "_MISSING": object()}
+    fields = attrs.fields(cls)
+    # Fetch every field (a missing required key is a KeyError; nested
+    # objects are structured as they are fetched), then one test of every
+    # leaf type, then the constructor. ``n`` counts the keys present plus
+    # the optional ones absent: it equals the number of fields exactly when
+    # the payload has no extra key.
+    body = ["n = len(p)"]
+    checks, args = [], []
+    for k, f in enumerate(fields):
         var = f"v{k}"
         tp = hints[f.name]
-        if f.default is attrs.NOTHING:
-            lines += [f"    if {f.name!r} not in p: raise _Slow", f"    {var} = p[{f.name!r}]"]
-            lines.append("    n += 1")
-        else:
-            default = f"_default_{k}"
-            env[default] = f.default
-            lines += [
-                f"    if {f.name!r} in p:",
-                f"        {var} = p[{f.name!r}]",
-                "        n += 1",
-                f"    else: {var} = {default}",
-            ]
         nested = [a for a in (tp, *get_args(tp)) if attrs.has(a)]
+        if len(nested) > 1:
+            raise TypeError(tp)  # a tagged union: the cattrs path knows the tags
         if nested:
+            # A nested object is structured only when it came from the payload.
             sub = f"_sub_{k}"
             env[sub] = _fast_structurer(nested[0])
-            optional = type(None) in get_args(tp)
-            call = f"{var} = {sub}({var})"
-            lines.append(f"    if {var} is not None: {call}" if optional else f"    {call}")
+            build = f"{sub}({var})"
+            if type(None) in get_args(tp):
+                build = f"None if {var} is None else {build}"
         else:
-            lines.append(f"    if {_condition(tp, var, env)}: raise _Slow")
+            checks.append(_condition(tp, var, env))
+        default = f.default
+        if default is attrs.NOTHING:
+            body.append(f"{var} = p[{f.name!r}]")
+            if nested:
+                body.append(f"{var} = {build}")
+            args.append(var)
+            continue
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            if default.takes_self:
+                raise TypeError(f.name)
+            env[f"_factory_{k}"] = default.factory
+            fill = f"_factory_{k}()"
+        else:
+            env[f"_default_{k}"] = default
+            fill = f"_default_{k}"
+        body += [
+            f"{var} = p.get({f.name!r}, _MISSING)",
+            f"if {var} is _MISSING: {var} = {fill}; n += 1",
+        ]
+        if nested:
+            body.append(f"else: {var} = {build}")
         args.append(var)
-    lines += ["    if n != len(p): raise _Slow", f"    return _cls({', '.join(args)})"]
+    body.append(f"if n != {len(fields)}: raise _Slow")
+    if checks:
+        body.append(f"if {' or '.join(checks)}: raise _Slow")
+    lines = [
+        "def structure(p):",
+        "    if type(p) is not dict: raise _Slow",
+        "    try:",
+        *(f"        {line}" for line in body),
+        "    except KeyError:",
+        "        raise _Slow from None",
+        f"    return _cls({', '.join(args)})",
+    ]
     exec("\n".join(lines), env)  # generated from our own class definitions only
     structure: _Check = env["structure"]
     return structure
@@ -226,6 +257,12 @@ class EventCodec:
     # case of replay. Anything they do not accept exactly goes through cattrs,
     # which either builds the same event or raises a detailed CodecError.
     _fast: dict[str, _Check] = attrs.field(factory=_fast_structurers, init=False)
+    # tag -> (current version, fast structurer), for decode_rows.
+    _current: dict[str, tuple[int, _Check]] = attrs.field(init=False)
+
+    @_current.default
+    def _current_default(self) -> dict[str, tuple[int, _Check]]:
+        return {t: (self.versions[t], f) for t, f in self._fast.items() if t in self.versions}
 
     def to_payload(self, event: Event) -> tuple[str, int, Payload]:
         """Return the wire tag, schema version and JSON-able payload of ``event``."""
@@ -291,6 +328,71 @@ class EventCodec:
             return self.from_payload(stored.tag, stored.schema_version, stored.payload)
         except CodecError as exc:
             raise type(exc)(f"session {stored.session_id!r} seq {stored.seq}: {exc}") from exc
+
+    def decode_json(
+        self, session_id: str, seq: int, tag: str, schema_version: int, text: str | bytes
+    ) -> Event:
+        """Rebuild the typed event from a payload's JSON text, without an envelope.
+
+        The same event :meth:`decode` gives for the envelope of that text
+        (:meth:`decode_rows` does this for each row a store that keeps JSON
+        text reads). Current-version payloads of the common events take a
+        fast path: orjson, then the generated structurer. That structurer
+        accepts only strings, integers, ``None`` and nested objects of them,
+        never a float, so when it accepts orjson's result the parse was exact
+        (orjson's only inexact result is a float for an integer beyond 64
+        bits). Anything it declines is parsed again exactly
+        (:func:`json.loads` semantics) and decoded as :meth:`decode` would.
+
+        Raises:
+            ValueError: ``text`` is not JSON, or not a JSON object: damage the
+                store reports as such (``StoreCorrupted``).
+            UnknownEventTag, CodecError: as :meth:`decode`.
+        """
+        entry = self._current.get(tag)
+        if entry is not None and _fast_loads is not None and entry[0] == schema_version:
+            try:
+                event: Event = entry[1](_fast_loads(text))
+                return event
+            except (_Slow, ValueError, TypeError):
+                pass  # not JSON to orjson, or not exactly this schema: decide below
+        payload = loads_exact(text)
+        if type(payload) is not dict:
+            raise ValueError(f"the payload is a JSON {type(payload).__name__}, not an object")
+        try:
+            return self.from_payload(tag, schema_version, payload)
+        except CodecError as exc:
+            raise type(exc)(f"session {session_id!r} seq {seq}: {exc}") from exc
+
+    def decode_rows(
+        self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
+    ) -> list[Event]:
+        """:meth:`decode_json` of each ``(seq, tag, schema_version, text)`` row.
+
+        The replay loop of the stores that keep JSON text: the fast path of
+        :meth:`decode_json` inlined, since it runs once per event replayed.
+
+        Raises:
+            ValueError: a text is not a JSON object.
+            UnknownEventTag, CodecError: as :meth:`decode`.
+        """
+        decode_json = self.decode_json
+        loads = _fast_loads
+        if loads is None:  # pragma: no cover - orjson is a dependency
+            return [decode_json(session_id, *row) for row in rows]
+        current = self._current
+        out: list[Event] = []
+        append = out.append
+        for seq, tag, version, text in rows:
+            entry = current.get(tag)
+            if entry is not None and entry[0] == version:
+                try:
+                    append(entry[1](loads(text)))
+                    continue
+                except (_Slow, ValueError, TypeError):
+                    pass  # decode_json decides, exactly
+            append(decode_json(session_id, seq, tag, version, text))
+        return out
 
 
 def _describe(exc: BaseException) -> str:

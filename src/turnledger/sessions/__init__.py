@@ -50,6 +50,7 @@ from ._projection import (
     naive_plan,
     plan,
 )
+from ._replay import replay_sessions
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, Role
 from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult
 
@@ -109,6 +110,7 @@ __all__ = [
     "outcome_of",
     "plan",
     "replay",
+    "replay_sessions",
     "request_messages",
 ]
 

@@ -395,8 +395,7 @@ class _Actor:
                 hub._actor_tasks -= 1
 
     async def _recover(self) -> None:
-        stored = await self.hub._store.read(self.session_id)
-        self.state = replay(DEFAULT_CODEC.decode(s) for s in stored)
+        self.state = replay(await self.hub._store.read_decoded(self.session_id, DEFAULT_CODEC))
         if self.state.config is None:
             try:
                 await self._handle([(self._start, None)])
@@ -615,11 +614,12 @@ class _Actor:
 
     async def _reload(self) -> None:
         """Catch up with the store: fold and act on the events this state has not seen."""
-        stored = await self.hub._store.read(self.session_id, after=self.state.version)
+        events = await self.hub._store.read_decoded(
+            self.session_id, DEFAULT_CODEC, after=self.state.version
+        )
         state = self.state
         transitions: list[_Transition] = []
-        for record in stored:
-            ev = DEFAULT_CODEC.decode(record)
+        for ev in events:
             after = evolve(state, ev)
             transitions.append((ev, type(state).__name__, type(after).__name__, after.version))
             state = after

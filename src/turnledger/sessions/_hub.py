@@ -355,8 +355,7 @@ class Hub:
         if actor is not None:
             await trio.lowlevel.checkpoint()
             return actor.state
-        stored = await self._store.read(session_id)
-        return replay(DEFAULT_CODEC.decode(s) for s in stored)
+        return replay(await self._store.read_decoded(session_id, DEFAULT_CODEC))
 
     async def history(self, session_id: str) -> tuple[Turn, ...]:
         """The session's committed turns, oldest first."""

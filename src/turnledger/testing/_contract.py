@@ -14,8 +14,9 @@ Uses the real clock (stores do real I/O); every test runs under a timeout.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,13 +24,17 @@ import attrs
 import pytest
 import trio
 
-from .._errors import ConcurrencyConflict, StoreError
+from .._errors import CodecError, ConcurrencyConflict, StoreError, UnknownEventTag
 from ..events import (
     DEFAULT_CODEC,
     WIRE_TAGS,
     Event,
     EventStore,
+    RequestId,
     StoredEvent,
+    TurnCommitted,
+    TurnSubmitted,
+    Usage,
 )
 from ._samples import sample_events
 
@@ -98,6 +103,103 @@ class EventStoreContract:
             assert await store.read("s-1") == []
             assert await store.read_all() == []
             assert await store.session_ids() == []
+
+    # -- the replay path: read_decoded ----------------------------------------
+
+    async def test_read_decoded_matches_read_and_decode(self, store: EventStore) -> None:
+        events = sample_events()
+        with trio.fail_after(self.timeout):
+            await store.append("s-1", _batch("s-1", events[:3], 0), 0)
+            await store.append("s-1", _batch("s-1", events[3:], 3), 3)
+            stored = await store.read("s-1")
+            typed = await store.read_decoded("s-1", DEFAULT_CODEC)
+            tail = await store.read_decoded("s-1", DEFAULT_CODEC, after=2)
+            nothing = await store.read_decoded("unknown", DEFAULT_CODEC)
+        assert typed == [DEFAULT_CODEC.decode(s) for s in stored] == events
+        assert tail == events[2:]
+        assert nothing == []
+
+    async def test_read_decoded_many_folds_each_session(self, store: EventStore) -> None:
+        events = sample_events()
+        folded: list[str] = []
+
+        def fold(sid: str, evs: list[Event]) -> list[Event]:
+            folded.append(sid)
+            return evs
+
+        with trio.fail_after(self.timeout):
+            await store.append("a", _batch("a", events, 0), 0)
+            await store.append("b", _batch("b", events[:2], 0), 0)
+            many = await store.read_decoded_many(["b", "unknown", "a", "b"], DEFAULT_CODEC, fold)
+            one_by_one = {
+                sid: await store.read_decoded(sid, DEFAULT_CODEC) for sid in ("b", "unknown", "a")
+            }
+            counts = await store.read_decoded_many(["a", "b"], DEFAULT_CODEC, lambda s, e: len(e))
+            none = await store.read_decoded_many([], DEFAULT_CODEC, fold)
+        assert folded == ["b", "unknown", "a"]  # once each, in the order asked
+        assert list(many) == ["b", "unknown", "a"]
+        assert many == one_by_one == {"b": events[:2], "unknown": [], "a": events}
+        assert counts == {"a": len(events), "b": 2}
+        assert none == {}
+
+    async def test_read_decoded_many_passes_fold_errors_on(self, store: EventStore) -> None:
+        def fold(sid: str, evs: list[Event]) -> int:
+            raise LookupError(f"cannot fold {sid}")
+
+        with trio.fail_after(self.timeout):
+            await store.append("a", _batch("a", sample_events()[:1], 0), 0)
+            with pytest.raises(LookupError, match="cannot fold a"):
+                await store.read_decoded_many(["a"], DEFAULT_CODEC, fold)
+            # and the store still reads
+            assert len(await store.read_decoded("a", DEFAULT_CODEC)) == 1
+
+    async def test_read_decoded_is_exact(self, store: EventStore) -> None:
+        # Integers beyond 64 bits (a fast JSON parser may round them to
+        # floats) and a lone surrogate (which some parsers refuse) come back
+        # exactly as read() + decode() gives them.
+        events: list[Event] = [
+            TurnSubmitted(RequestId("r-1"), "\ud800 lone", 2**64, 2**70, -(2**63) - 1),
+            TurnCommitted(RequestId("r-1"), "big", "stop", Usage(2**64 - 1, 2**64, 10**30)),
+        ]
+        with trio.fail_after(self.timeout):
+            await store.append("s-1", _batch("s-1", events, 0), 0)
+            stored = await store.read("s-1")
+            typed = await store.read_decoded("s-1", DEFAULT_CODEC)
+        assert typed == [DEFAULT_CODEC.decode(s) for s in stored] == events
+        submitted = typed[0]
+        assert isinstance(submitted, TurnSubmitted) and type(submitted.turns_dropped) is int
+
+    async def test_read_decoded_passes_codec_errors_on(self, store: EventStore) -> None:
+        unknown = StoredEvent("s-1", 1, "from_the_future", 1, {"x": 1}, 1.7e9)
+        with trio.fail_after(self.timeout):
+            await store.append("s-1", [unknown], 0)
+            with pytest.raises(UnknownEventTag, match=r"'s-1' seq 1: .*from_the_future"):
+                await store.read_decoded("s-1", DEFAULT_CODEC)
+            with pytest.raises(UnknownEventTag, match=r"'s-1' seq 1: .*from_the_future"):
+                await store.read_decoded_many(["s-1"], DEFAULT_CODEC, lambda s, e: e)
+        missing = StoredEvent("s-2", 1, "stream_started", 1, {"request_ix": "r"}, 1.7e9)
+        with trio.fail_after(self.timeout):
+            await store.append("s-2", [missing], 0)
+            with pytest.raises(CodecError, match=r"'s-2' seq 1: stream_started"):
+                await store.read_decoded("s-2", DEFAULT_CODEC)
+
+    async def test_read_decoded_with_a_decoder_of_ones_own(self, store: EventStore) -> None:
+        # Stores are domain-agnostic: any EventDecoder works, whichever of
+        # its two methods the store uses.
+        class Raw:
+            def decode(self, stored: StoredEvent) -> tuple[int, str, Any]:
+                return stored.seq, stored.tag, dict(stored.payload)
+
+            def decode_rows(
+                self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
+            ) -> list[tuple[int, str, Any]]:
+                return [(seq, tag, json.loads(text)) for seq, tag, _, text in rows]
+
+        batch = _batch("s-1", sample_events(), 0)
+        with trio.fail_after(self.timeout):
+            await store.append("s-1", batch, 0)
+            got = await store.read_decoded("s-1", Raw(), after=1)
+        assert got == [(e.seq, e.tag, e.payload) for e in batch[1:]]
 
     # -- concurrency and atomicity -----------------------------------------
 

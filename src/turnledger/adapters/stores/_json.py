@@ -1,31 +1,32 @@
 """Payload JSON shared by the durable stores.
 
 Writing uses the standard library (``allow_nan=False``: NaN and infinities are
-not JSON, so a batch holding one is refused whole). Reading uses orjson when it
-is installed, with the exact semantics of :func:`json.loads`: orjson turns an
-integer beyond 64 bits into a float and refuses lone surrogates, so a result
-that holds any float, or that orjson refuses, is parsed again by the standard
-library. Event payloads never hold floats, so the second parse is rare.
+not JSON, so a batch holding one is refused whole). Reading uses
+:func:`turnledger.events._json.loads_exact`: the exact semantics of
+:func:`json.loads`, faster with orjson.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
-from ..._errors import StoreError
-from ...events import StoredEvent
+from ..._errors import StoreCorrupted, StoreError
+from ...events import EventDecoder, StoredEvent
+from ...events._json import fast_loads, has_float, loads_exact
 
-try:
-    import orjson
-except ImportError:  # pragma: no cover - orjson is a dependency; stay usable without it
-    fast_loads: Callable[[str | bytes], Any] | None = None
-else:
-    fast_loads = orjson.loads
+__all__ = [
+    "check_envelope",
+    "decode_rows",
+    "dumps_payload",
+    "fast_loads",
+    "has_float",
+    "loads_payload",
+]
 
-__all__ = ["check_envelope", "dumps_payload", "fast_loads", "has_float", "loads_payload"]
+_T = TypeVar("_T")
 
 _dumps_utf8 = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 _dumps_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
@@ -54,37 +55,8 @@ def dumps_payload(payload: Mapping[str, Any]) -> str:
     return text
 
 
-def has_float(value: Any) -> bool:
-    """Whether a parsed JSON value holds a float anywhere."""
-    # Plain loops: this runs once per event read, on small dicts.
-    t = type(value)
-    if t is float:
-        return True
-    if t is dict:
-        value = value.values()
-    elif t is not list:
-        return False
-    for v in value:
-        t = type(v)
-        if t is float:
-            return True
-        if (t is dict or t is list) and has_float(v):
-            return True
-    return False
-
-
-def loads_payload(text: str | bytes) -> Any:
-    """Parse JSON text exactly as :func:`json.loads` would (faster when orjson
-    is installed). Raises ``ValueError`` on bad JSON."""
-    if fast_loads is not None:
-        try:
-            value = fast_loads(text)
-        except ValueError:
-            pass
-        else:
-            if not has_float(value):
-                return value
-    return json.loads(text)
+#: Parse stored payload text exactly as :func:`json.loads` would.
+loads_payload = loads_exact
 
 
 def check_envelope(ev: StoredEvent) -> float:
@@ -99,3 +71,24 @@ def check_envelope(ev: StoredEvent) -> float:
     if not math.isfinite(recorded_at):
         raise StoreError(f"event seq {ev.seq}: recorded_at is not finite")
     return recorded_at
+
+
+def decode_rows(
+    where: str, session_id: str, rows: list[tuple[Any, ...]], decoder: EventDecoder[_T]
+) -> list[_T]:
+    """``decoder.decode_rows`` of ``(seq, tag, schema_version, text)`` rows,
+    with a text that is not a JSON object reported as ``StoreCorrupted``
+    naming its event (``where`` prefixes the message)."""
+    try:
+        return decoder.decode_rows(session_id, rows)
+    except ValueError:
+        # Rare: decode again row by row to name the damaged event.
+        for row in rows:
+            try:
+                decoder.decode_rows(session_id, [row])
+            except ValueError as exc:
+                raise StoreCorrupted(
+                    f"{where}the payload of {session_id!r} seq {row[0]} is not a JSON object:"
+                    f" {exc}"
+                ) from exc
+        raise  # pragma: no cover - a decoder that fails only on the whole batch

@@ -41,18 +41,21 @@ import os
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 import structlog
 import trio
 
 from ..._errors import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFull, StoreUnavailable
-from ...events import StoredEvent
+from ...events import EventDecoder, StoredEvent
 from ._json import check_envelope, dumps_payload, fast_loads, has_float, loads_payload
-from .memory import check_batch
+from .memory import check_batch, decode_held, fold_held
 
 __all__ = ["DEFAULT_MAX_BYTES", "JournalStore"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 #: Default size cap of a journal file (64 MiB).
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
@@ -485,6 +488,25 @@ class JournalStore:
         await trio.lowlevel.checkpoint()
         self._check_open()
         return self._streams.get(session_id, [])[max(after, 0) :]
+
+    async def read_decoded(
+        self, session_id: str, decoder: EventDecoder[_T], after: int = 0
+    ) -> list[_T]:
+        """:meth:`read` through ``decoder.decode``: payloads are held parsed."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return decode_held(self._streams, session_id, decoder, after)
+
+    async def read_decoded_many(
+        self,
+        session_ids: Sequence[str],
+        decoder: EventDecoder[_T],
+        fold: Callable[[str, list[_T]], _R],
+    ) -> dict[str, _R]:
+        """``fold`` of each session's :meth:`read_decoded` (from memory)."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return fold_held(self._streams, session_ids, decoder, fold)
 
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
         """The global feed: events with ``position > after`` (positions are line numbers)."""

@@ -4,15 +4,19 @@ that do not need history to survive a restart."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import attrs
 import trio
 
 from ..._errors import ConcurrencyConflict, StoreError
-from ...events import StoredEvent
+from ...events import EventDecoder, StoredEvent
 
-__all__ = ["MemoryStore", "check_batch"]
+__all__ = ["MemoryStore", "check_batch", "decode_held", "fold_held"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 def check_batch(session_id: str, events: Sequence[StoredEvent], expected_version: int) -> None:
@@ -30,6 +34,32 @@ def check_batch(session_id: str, events: Sequence[StoredEvent], expected_version
             raise ValueError(f"event for {ev.session_id!r} in a batch for {session_id!r}")
         if ev.seq != i:
             raise ValueError(f"event seq {ev.seq} where {i} was expected")
+
+
+def decode_held(
+    streams: Mapping[str, list[StoredEvent]],
+    session_id: str,
+    decoder: EventDecoder[_T],
+    after: int = 0,
+) -> list[_T]:
+    """``read_decoded`` of a store that holds its events parsed, in memory
+    (shared with the journal)."""
+    decode = decoder.decode
+    return [decode(ev) for ev in streams.get(session_id, [])[max(after, 0) :]]
+
+
+def fold_held(
+    streams: Mapping[str, list[StoredEvent]],
+    session_ids: Sequence[str],
+    decoder: EventDecoder[_T],
+    fold: Callable[[str, list[_T]], _R],
+) -> dict[str, _R]:
+    """``read_decoded_many`` of a store that holds its events in memory."""
+    out: dict[str, _R] = {}
+    for sid in session_ids:
+        if sid not in out:
+            out[sid] = fold(sid, decode_held(streams, sid, decoder))
+    return out
 
 
 class MemoryStore:
@@ -81,6 +111,23 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         self._check_open()
         return list(self._streams.get(session_id, [])[after:])
+
+    async def read_decoded(
+        self, session_id: str, decoder: EventDecoder[_T], after: int = 0
+    ) -> list[_T]:
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return decode_held(self._streams, session_id, decoder, after)
+
+    async def read_decoded_many(
+        self,
+        session_ids: Sequence[str],
+        decoder: EventDecoder[_T],
+        fold: Callable[[str, list[_T]], _R],
+    ) -> dict[str, _R]:
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return fold_held(self._streams, session_ids, decoder, fold)
 
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
         await trio.lowlevel.checkpoint()

@@ -49,8 +49,8 @@ from ..._errors import (
     StoreFull,
     StoreUnavailable,
 )
-from ...events import StoredEvent
-from ._json import check_envelope, dumps_payload, loads_payload
+from ...events import EventDecoder, StoredEvent
+from ._json import check_envelope, decode_rows, dumps_payload, loads_payload
 from .memory import check_batch
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 SCHEMA_VERSION: Final = 1
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 # Advisory lock classes of the two-int form (a key space apart from the
 # one-bigint form used for session ownership).
@@ -154,6 +155,12 @@ class PostgresStore:
             " coalesce(payload_text, payload::text), recorded_at FROM {}"
         ).format(t)
         self._q_read = sql.SQL("{} WHERE session_id = %s AND seq > %s ORDER BY seq").format(cols)
+        # The replay path: payload text as UTF-8 bytes, for the JSON parser.
+        self._q_read_json = sql.SQL(
+            "SELECT seq, tag, schema_version,"
+            " convert_to(coalesce(payload_text, payload::text), 'UTF8') FROM {}"
+            " WHERE session_id = %s AND seq > %s ORDER BY seq"
+        ).format(t)
         self._q_read_all = sql.SQL("{} WHERE position > %s ORDER BY position LIMIT %s").format(
             cols
         )
@@ -361,6 +368,44 @@ class PostgresStore:
     async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
         """Events of ``session_id`` with ``seq > after``, in order."""
         return await self._run(self._read_events, self._q_read, (session_id, after))
+
+    async def read_decoded(
+        self, session_id: str, decoder: EventDecoder[_T], after: int = 0
+    ) -> list[_T]:
+        """:meth:`read` through ``decoder.decode_rows``, on the worker thread."""
+
+        def run() -> list[_T]:
+            rows = self._select(self._q_read_json, (session_id, after))
+            return decode_rows("", session_id, rows, decoder)
+
+        return await self._run(run)
+
+    async def read_decoded_many(
+        self,
+        session_ids: Sequence[str],
+        decoder: EventDecoder[_T],
+        fold: Callable[[str, list[_T]], _R],
+    ) -> dict[str, _R]:
+        """``fold`` of each session's :meth:`read_decoded`, in one trip to a
+        worker thread (``fold`` runs there) and one repeatable-read
+        transaction (a consistent snapshot)."""
+        ids = list(dict.fromkeys(session_ids))
+
+        def run() -> dict[str, _R]:
+            import psycopg
+
+            out: dict[str, _R] = {}
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    for sid in ids:
+                        rows = conn.execute(self._q_read_json, (sid, 0)).fetchall()
+                        out[sid] = fold(sid, decode_rows("", sid, rows, decoder))
+            except psycopg.Error as exc:
+                raise _map_error(exc, "read failed") from exc
+            return out
+
+        return await self._run(run)
 
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
         """The global feed: events with ``position > after``, in order."""

@@ -60,8 +60,8 @@ from ..._errors import (
     StoreFull,
     StoreUnavailable,
 )
-from ...events import StoredEvent
-from ._json import check_envelope, dumps_payload, loads_payload
+from ...events import EventDecoder, StoredEvent
+from ._json import check_envelope, decode_rows, dumps_payload, loads_payload
 from .memory import check_batch
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStats", "SQLiteStore", "Synchronous"]
@@ -74,6 +74,7 @@ APPLICATION_ID: Final = 0x544C4447
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 _SCHEMA_V1: Final = (
     """
@@ -102,6 +103,11 @@ _INSERT: Final = (
 _VERSION: Final = "SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?"
 _COLUMNS: Final = "position, session_id, seq, tag, schema_version, payload, recorded_at"
 _SESSION_COLUMNS: Final = "position, seq, tag, schema_version, payload, recorded_at"
+# The replay path: no envelope columns, and the payload as its UTF-8 bytes.
+_READ_JSON: Final = (
+    "SELECT seq, tag, schema_version, CAST(payload AS BLOB) FROM events"
+    " WHERE session_id = ? AND seq > ? ORDER BY seq"
+)
 
 # sqlite3 primary result codes (https://www.sqlite.org/rescode.html).
 _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 3, 5, 6, 8
@@ -642,20 +648,10 @@ class SQLiteStore:
         args: tuple[Any, ...],
         convert: Callable[[Path, list[tuple[Any, ...]]], _T],
     ) -> _T:
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_open()
-        path = self._path
+        def run(path: Path, conn: sqlite3.Connection) -> _T:
+            return convert(path, conn.execute(query, args).fetchall())
 
-        def run(conn: sqlite3.Connection | None) -> _T:
-            assert conn is not None
-            try:
-                rows = conn.execute(query, args).fetchall()
-            except sqlite3.Error as exc:
-                raise _map_error(exc, f"{path}: {where}") from exc
-            return convert(path, rows)
-
-        result: _T = await self._reader.call(_Call(run))
-        return result
+        return await self._read_on_thread(where, run)
 
     async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
         """Events of ``session_id`` with ``seq > after``, in order."""
@@ -666,6 +662,65 @@ class SQLiteStore:
             (session_id, after),
             _session_rows_to_events(session_id),
         )
+
+    async def read_decoded(
+        self, session_id: str, decoder: EventDecoder[_T], after: int = 0
+    ) -> list[_T]:
+        """:meth:`read` through ``decoder.decode_rows``, all on the reader thread.
+
+        The replay path: no envelopes, and payloads come back as their UTF-8
+        bytes (``CAST(payload AS BLOB)``), so the text is never decoded into a
+        ``str`` only to be encoded again by the JSON parser.
+        """
+
+        def run(path: Path, conn: sqlite3.Connection) -> list[_T]:
+            rows = conn.execute(_READ_JSON, (session_id, after)).fetchall()
+            return decode_rows(f"{path}: ", session_id, rows, decoder)
+
+        return await self._read_on_thread(f"cannot read {session_id!r}", run)
+
+    async def read_decoded_many(
+        self,
+        session_ids: Sequence[str],
+        decoder: EventDecoder[_T],
+        fold: Callable[[str, list[_T]], _R],
+    ) -> dict[str, _R]:
+        """``fold`` of each session's :meth:`read_decoded`, in one trip to the
+        reader thread (``fold`` runs there) and one read transaction (a
+        consistent snapshot)."""
+        ids = list(dict.fromkeys(session_ids))
+
+        def run(path: Path, conn: sqlite3.Connection) -> dict[str, _R]:
+            out: dict[str, _R] = {}
+            conn.execute("BEGIN")
+            try:
+                for sid in ids:
+                    rows = conn.execute(_READ_JSON, (sid, 0)).fetchall()
+                    out[sid] = fold(sid, decode_rows(f"{path}: ", sid, rows, decoder))
+            finally:
+                if conn.in_transaction:  # a read transaction: nothing to keep
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+            return out
+
+        return await self._read_on_thread(f"cannot read {len(ids)} sessions", run)
+
+    async def _read_on_thread(
+        self, where: str, fn: Callable[[Path, sqlite3.Connection], _T]
+    ) -> _T:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        path = self._path
+
+        def run(conn: sqlite3.Connection | None) -> _T:
+            assert conn is not None
+            try:
+                return fn(path, conn)
+            except sqlite3.Error as exc:
+                raise _map_error(exc, f"{path}: {where}") from exc
+
+        result: _T = await self._reader.call(_Call(run))
+        return result
 
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
         """The global feed: events with ``position > after``, in order."""
