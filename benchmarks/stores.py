@@ -23,19 +23,23 @@ Replay. ``--replay-sessions`` sessions of ``--replay-turns`` turns each
 (SessionStarted + 3 events per turn), each bare session read with its own
 SELECT:
 
+Every contender ends in the same fold: question/answer pairs, a counter and
+the system prompt (``dict_fold`` on parsed dicts, ``pairs_fold`` on typed
+events), except the two that fold into the state machine's real state.
+
 - ``typed``       ``SQLiteStore.read_decoded(sid, DEFAULT_CODEC)`` session by
                   session: how the hub opens one session (typed events, no
                   envelopes). Each read is a trip to the reader thread and
                   back, which costs about 100 µs of CPU on this kind of
                   machine (mostly trio's wake-up), about 1 µs per event here
-- ``typed+fold``  the same, then ``turnledger.sessions.replay`` into a state
+- ``typed+fold``  the same, folded by ``turnledger.sessions.replay`` into a
+                  ``SessionState`` (the state machine, history and outcomes)
 - ``typed bulk``  ``SQLiteStore.read_decoded_many`` of ``--replay-batch``
-                  sessions at a time, each session's typed events handed to a
-                  fold that counts them (one trip to the reader thread per
-                  batch, still one SELECT per session): the bulk path that
-                  ``turnledger replay DB`` takes for a whole file
+                  sessions at a time, ``pairs_fold`` applied to each session on
+                  the reader thread (one trip per batch, still one SELECT per
+                  session): the path ``turnledger replay DB`` takes
 - ``bulk+fold``   the same with ``turnledger.sessions.replay_sessions``: each
-                  session folded into its state on the reader thread
+                  session folded into its ``SessionState`` on the reader thread
 - ``envelopes``   ``SQLiteStore.read`` (``StoredEvent`` envelopes with exact
                   parsed payloads) + ``DEFAULT_CODEC.decode`` of each
 - ``codec alone`` the same SELECT on the calling thread, orjson and
@@ -47,8 +51,9 @@ SELECT:
 
 Figures are medians over ``--repeat`` runs; ratios are taken between medians
 of the same run. Replay runs are short and this kind of machine drifts, so
-the replay contenders take turns (one run of each per round, ``--replay-rounds``
-rounds) and each ratio is also given as the median of its per-round ratios.
+the replay contenders take turns (one run of each per round, in a shuffled
+order, ``--replay-rounds`` rounds) and each ratio is also given as the median
+of its per-round ratios.
 Replay also shows the CPU time of the whole process (every thread): where it
 matches the wall time, a gap is work, not waiting.
 """
@@ -59,6 +64,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import sqlite3
 import statistics
 import sys
@@ -242,6 +248,22 @@ def dict_fold(state: dict[str, Any], tag: str, payload: dict[str, Any]) -> None:
     state["version"] += 1
 
 
+def pairs_fold(session_id: str, events: list[Event]) -> dict[str, Any]:
+    """``dict_fold``'s work on typed events: every typed contender does it, so
+    each compares like with like against bare's parse + dict fold."""
+    state: dict[str, Any] = {"turns": [], "pending": None, "version": 0}
+    for event in events:
+        if isinstance(event, TurnSubmitted):
+            state["pending"] = event.question
+        elif isinstance(event, TurnCommitted):
+            state["turns"].append((state["pending"], event.answer))
+            state["pending"] = None
+        elif isinstance(event, SessionStarted):
+            state["system"] = event.system
+        state["version"] += 1
+    return state
+
+
 def session_events(sid: str, turns: int) -> list[StoredEvent]:
     # Made afresh for each session, so the harness keeps no copy of the data
     # set alive while the contenders run (their GC would walk it).
@@ -274,8 +296,7 @@ async def _typed_replay(path: Path, sids: list[str], fold: bool) -> Times:
         t0 = _now()
         for sid in sids:
             events = await store.read_decoded(sid, DEFAULT_CODEC)
-            if fold:
-                replay(events)
+            replay(events) if fold else pairs_fold(sid, events)
         return _since(t0)
     finally:
         await store.aclose()
@@ -283,10 +304,6 @@ async def _typed_replay(path: Path, sids: list[str], fold: bool) -> Times:
 
 def typed_replay(path: Path, sids: list[str], fold: bool) -> Times:
     return trio.run(_typed_replay, path, sids, fold)
-
-
-def _count(session_id: str, events: list[Event]) -> int:
-    return len(events)
 
 
 async def _bulk_replay(path: Path, sids: list[str], batch: int, fold: bool) -> Times:
@@ -297,7 +314,7 @@ async def _bulk_replay(path: Path, sids: list[str], batch: int, fold: bool) -> T
             if fold:
                 await replay_sessions(store, sids[i : i + batch])
             else:
-                await store.read_decoded_many(sids[i : i + batch], DEFAULT_CODEC, _count)
+                await store.read_decoded_many(sids[i : i + batch], DEFAULT_CODEC, pairs_fold)
         return _since(t0)
     finally:
         await store.aclose()
@@ -309,7 +326,7 @@ async def _envelope_replay(path: Path, sids: list[str]) -> Times:
         decode = DEFAULT_CODEC.decode
         t0 = _now()
         for sid in sids:
-            [decode(e) for e in await store.read(sid)]
+            pairs_fold(sid, [decode(e) for e in await store.read(sid)])
         return _since(t0)
     finally:
         await store.aclose()
@@ -326,11 +343,11 @@ def direct_replay(path: Path, sids: list[str]) -> Times:
     loads = orjson.loads
     t0 = _now()
     for sid in sids:
-        for tag, version, payload in conn.execute(
+        rows = conn.execute(
             "SELECT tag, schema_version, payload FROM events WHERE session_id = ? ORDER BY seq",
             (sid,),
-        ):
-            from_payload(tag, version, loads(payload))
+        )
+        pairs_fold(sid, [from_payload(tag, version, loads(text)) for tag, version, text in rows])
     elapsed = _since(t0)
     conn.close()
     return elapsed
@@ -472,9 +489,12 @@ def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: in
             "eventsourcing": lambda: es_replay(es_path, rsids),
         }
         runs: dict[str, list[Times]] = {k: [] for k in contenders}
+        order = list(contenders)
+        shuffle = random.Random(2026).shuffle  # the same orders on every run
         for _ in range(rounds):
-            for name, fn in contenders.items():
-                runs[name].append(fn())
+            shuffle(order)  # no contender always runs right after another
+            for name in order:
+                runs[name].append(contenders[name]())
 
     def median(name: str, k: int) -> float:
         return statistics.median(r[k] for r in runs[name])

@@ -104,6 +104,33 @@ def test_chat_over_a_journal_and_replay_at_an_earlier_event(tmp_path: Path) -> N
         json.loads(line)  # jq-friendly: one JSON object per line
 
 
+def test_replay_at_an_event_reads_no_further(tmp_path: Path) -> None:
+    # A log whose 4th event this release cannot read (a newer release wrote
+    # it): the view after event 3 still replays; the whole log is refused.
+    import trio
+
+    from turnledger.adapters.stores import SQLiteStore
+    from turnledger.events import DEFAULT_CODEC, StoredEvent
+    from turnledger.testing import sample_events
+
+    async def write() -> None:
+        store = await SQLiteStore.open(tmp_path / "x.db")
+        first = sample_events()[:3]  # started, submitted, rejected
+        batch = [DEFAULT_CODEC.encode(e, session_id="s", seq=i, recorded_at=1.7e9)
+                 for i, e in enumerate(first, 1)]  # fmt: skip
+        batch.append(StoredEvent("s", 4, "from_the_future", 1, {"x": 1}, 1.7e9))
+        await store.append("s", batch, 0)
+        await store.aclose()
+
+    trio.run(write)
+    at = tl("replay", "x.db", "--at", "3", "--json", cwd=tmp_path)
+    assert at.returncode == 0, at.stderr
+    assert json.loads(at.stdout)["version"] == 3
+    whole = tl("replay", "x.db", cwd=tmp_path)
+    assert whole.returncode == 3
+    assert "the log is corrupt: session 's' seq 4" in whole.stderr
+
+
 def test_rejected_and_failed_turns_exit_1_and_keep_history(tmp_path: Path) -> None:
     big = "x" * 500
     r = tl("chat", "--db", "x.db", "--max-request-bytes", "300", cwd=tmp_path, stdin=f"ok\n{big}\n")

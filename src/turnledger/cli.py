@@ -27,7 +27,7 @@ import trio
 from . import __version__
 from ._cli_errors import Exit, display_db
 from ._errors import CodecError, ReplayError, StoreError, TurnLedgerError
-from ._inspect import phase_name, session_summary, timeline
+from ._inspect import phase_name, replay_stored, session_summary, timeline
 from .events import DEFAULT_CODEC, Event, EventStore, StoredEvent
 from .sessions._machine import SessionState, replay
 
@@ -83,29 +83,36 @@ def _print_json(obj: Any) -> None:
 _REPLAY_SLICE = 256
 
 
-async def _cmd_replay(args: argparse.Namespace) -> int:
-    at: int | None = args.at
+def _fold_found(session_id: str, events: list[Event]) -> SessionState | None:
+    return replay(events) if events else None
 
-    def fold(session_id: str, events: list[Event]) -> SessionState | None:
-        # Typed events straight from the store's replay path; the state as it
-        # stood after event ``at`` (seq runs 1, 2, ... so that is a prefix).
-        if not events:
-            return None
-        return replay(events if at is None else events[: max(at, 0)])
 
-    store = await _open(args.db)
-    try:
-        ids = [args.session] if args.session else await store.session_ids()
-        states: dict[str, SessionState | None] = {}
-        for i in range(0, len(ids), _REPLAY_SLICE):
-            chunk = ids[i : i + _REPLAY_SLICE]
-            states.update(await store.read_decoded_many(chunk, DEFAULT_CODEC, fold))
-    finally:
-        await store.aclose()
+async def _replay_states(store: EventStore, args: argparse.Namespace) -> dict[str, SessionState]:
+    if args.at is not None:
+        # As it stood after event ``at``: decode no further than that, so a
+        # later event this release cannot read does not spoil an earlier view.
+        streams = await _load(store, args.session)
+        return {sid: replay_stored(events, at=args.at) for sid, events in streams.items()}
+    # The whole log: typed events straight from the store's bulk replay path.
+    ids = [args.session] if args.session else await store.session_ids()
+    states: dict[str, SessionState | None] = {}
+    for i in range(0, len(ids), _REPLAY_SLICE):
+        chunk = ids[i : i + _REPLAY_SLICE]
+        states.update(await store.read_decoded_many(chunk, DEFAULT_CODEC, _fold_found))
     found = {sid: state for sid, state in states.items() if state is not None}
     if not found:
         what = f"session {args.session!r}" if args.session else "any session"
         raise Exit(EXIT_NOT_FOUND, f"no events for {what}")
+    return found
+
+
+async def _cmd_replay(args: argparse.Namespace) -> int:
+    at: int | None = args.at
+    store = await _open(args.db)
+    try:
+        found = await _replay_states(store, args)
+    finally:
+        await store.aclose()
     for sid, state in found.items():
         turns = [
             {"request_id": t.request_id, "question": t.question, "answer": t.answer}

@@ -17,9 +17,12 @@ from turnledger.events import (
     WIRE_TAGS,
     EventCodec,
     Ledger,
+    PayloadNotJSON,
+    RequestId,
     SessionStarted,
     StoredEvent,
     TurnDiscarded,
+    TurnSubmitted,
     Window,
 )
 from turnledger.events.codec import UPCASTERS
@@ -138,12 +141,8 @@ def test_session_started_v1_is_upcast() -> None:
 
 def test_turn_discarded_v1_is_upcast() -> None:
     v1 = {"request_id": "r", "reason": "timeout", "detail": "deadline"}
-    assert DEFAULT_CODEC.from_payload("turn_discarded", 1, v1) == TurnDiscarded(
-        "r",
-        "timeout",
-        "deadline",
-        0,  # type: ignore[arg-type]
-    )
+    expected = TurnDiscarded(RequestId("r"), "timeout", "deadline", 0)
+    assert DEFAULT_CODEC.from_payload("turn_discarded", 1, v1) == expected
 
 
 def test_upcasters_chain_one_version_at_a_time() -> None:
@@ -252,17 +251,34 @@ def test_decode_json_is_exact_where_a_fast_parser_is_not() -> None:
     assert "\\ud800" in text
     event = DEFAULT_CODEC.decode_json("s", 1, "turn_submitted", 1, text)
     assert event == DEFAULT_CODEC.from_payload("turn_submitted", 1, json.loads(text))
-    assert event.turns_sent == 2**64 and type(event.request_bytes) is int  # type: ignore[union-attr]
+    assert isinstance(event, TurnSubmitted)
+    assert event.turns_sent == 2**64 and type(event.request_bytes) is int
+
+
+_GOOD = b'{"request_id":"r"}'
 
 
 @pytest.mark.parametrize(
-    "text", [b'{"request_id":', b"[1, 2]", b'"text"', b"", b"\xff\xfe\xfa", b"nul\x00"]
+    "text",
+    [
+        b'{"request_id":',
+        b"[1, 2]",
+        b'"text"',
+        b"",
+        b"\xff\xfe\xfa",
+        b"nul\x00",
+        b"\xef\xbb\xbf" + _GOOD,  # json.loads would skip a BOM in bytes
+        _GOOD.decode().encode("utf-16-le"),  # and guess UTF-16
+        b'{"request_id":"\xed\xa0\x80"}',  # and take an encoded surrogate
+        "\ufeff" + _GOOD.decode(),
+    ],
 )
-def test_text_that_is_not_a_json_object_is_a_value_error(text: bytes) -> None:
-    with pytest.raises(ValueError):
+def test_text_that_is_not_a_json_object_in_utf8_is_refused(text: bytes | str) -> None:
+    with pytest.raises(PayloadNotJSON):
         DEFAULT_CODEC.decode_json("s", 1, "stream_started", 1, text)
-    with pytest.raises(ValueError):
+    with pytest.raises(PayloadNotJSON):
         DEFAULT_CODEC.decode_rows("s", [(1, "stream_started", 1, text)])
+    assert issubclass(PayloadNotJSON, ValueError)
 
 
 def test_decode_json_errors_name_the_stored_place() -> None:
@@ -275,12 +291,8 @@ def test_decode_json_errors_name_the_stored_place() -> None:
 
 def test_decode_json_upcasts_old_versions() -> None:
     v1 = b'{"request_id":"r","reason":"timeout","detail":"deadline"}'
-    assert DEFAULT_CODEC.decode_json("s", 1, "turn_discarded", 1, v1) == TurnDiscarded(
-        "r",
-        "timeout",
-        "deadline",
-        0,  # type: ignore[arg-type]
-    )
+    expected = TurnDiscarded(RequestId("r"), "timeout", "deadline", 0)
+    assert DEFAULT_CODEC.decode_json("s", 1, "turn_discarded", 1, v1) == expected
 
 
 @settings(max_examples=300)

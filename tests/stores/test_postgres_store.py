@@ -8,7 +8,12 @@ import pytest
 
 import turnledger
 from _procs import readline_within
-from turnledger import ConcurrencyConflict, SessionOwnedElsewhere, StoreUnavailable
+from turnledger import (
+    ConcurrencyConflict,
+    SessionOwnedElsewhere,
+    StoreCorrupted,
+    StoreUnavailable,
+)
 from turnledger.adapters.stores import PostgresStore
 from turnledger.adapters.stores.postgres import SCHEMA_VERSION
 from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
@@ -231,3 +236,27 @@ def test_two_processes_one_session(pg_dsn: str) -> None:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "payload = '[1, 2]'::jsonb, payload_text = NULL",  # JSON, but not an object
+        "payload_text = chr(65279) || payload::text",  # a BOM before the exact text
+        "payload_text = '{\"request_id\":'",  # not JSON
+    ],
+)
+async def test_a_damaged_payload_is_reported_by_every_read(pg_dsn: str, damage: str) -> None:
+    store = await PostgresStore.open(pg_dsn)
+    try:
+        await store.append("s", _events("s", 0), 0)
+        _sql(pg_dsn, f"UPDATE turnledger_events SET {damage} WHERE seq = 2")
+        with pytest.raises(StoreCorrupted, match="position"):
+            await store.read("s")
+        with pytest.raises(StoreCorrupted, match="session 's' seq 2"):
+            await store.read_decoded("s", DEFAULT_CODEC)
+        with pytest.raises(StoreCorrupted, match="session 's' seq 2"):
+            await store.read_decoded_many(["s"], DEFAULT_CODEC, lambda sid, events: events)
+        assert len(await store.read_decoded("s", DEFAULT_CODEC, after=2)) == 1
+    finally:
+        await store.aclose()

@@ -301,15 +301,32 @@ async def test_one_transaction_per_append_when_grouping_is_off(tmp_path: Path) -
         await s.aclose()
 
 
-@pytest.mark.parametrize("damage", ['{"request_id":', "[1, 2]", "", "\"text\""])
-async def test_a_damaged_payload_is_reported_by_every_read(tmp_path: Path, damage: str) -> None:
+_GOOD = b'{"request_id":"s/2"}'
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b'{"request_id":',
+        b"[1, 2]",
+        b"",
+        b'"text"',
+        b"\xef\xbb\xbf" + _GOOD,  # a BOM: not JSON text (json.loads of bytes would skip it)
+        _GOOD.decode().encode("utf-16-le"),  # not UTF-8 (json.loads of bytes would guess)
+        b'{"request_id":"\xed\xa0\x80"}',  # an encoded lone surrogate: not UTF-8
+        b'{"request_id":"\xff"}',
+    ],
+)
+async def test_a_damaged_payload_is_reported_by_every_read(tmp_path: Path, damage: bytes) -> None:
     path = tmp_path / "events.db"
     s = await SQLiteStore.open(path)
     await s.append("s", _events("s", 0), 0)
     await s.aclose()
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("UPDATE events SET payload = ? WHERE seq = 2", (damage,))
+        conn.execute("UPDATE events SET payload = CAST(? AS TEXT) WHERE seq = 2", (damage,))
+        (kind,) = conn.execute("SELECT typeof(payload) FROM events WHERE seq = 2").fetchone()
+        assert kind == "text"
     conn.close()
     s = await SQLiteStore.open(path, read_only=True)
     try:
@@ -317,7 +334,7 @@ async def test_a_damaged_payload_is_reported_by_every_read(tmp_path: Path, damag
             await s.read("s")
         with pytest.raises(StoreCorrupted, match="position 2"):
             await s.read_all()
-        with pytest.raises(StoreCorrupted, match="'s' seq 2 is not a JSON object"):
+        with pytest.raises(StoreCorrupted, match="session 's' seq 2: the payload is"):
             await s.read_decoded("s", DEFAULT_CODEC)
         # The events after the damaged one still read, typed or not.
         assert [e.seq for e in await s.read("s", after=2)] == [3]

@@ -26,7 +26,7 @@ from ._events import (
     Usage,
     Window,
 )
-from ._store import EventDecoder, EventStore
+from ._store import EventDecoder, EventStore, PayloadNotJSON
 from .codec import DEFAULT_CODEC, SCHEMA_VERSIONS, WIRE_TAGS, EventCodec
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "HistoryPolicy",
     "Ledger",
     "OnBusy",
+    "PayloadNotJSON",
     "RejectReason",
     "RequestId",
     "SessionId",

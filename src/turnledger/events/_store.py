@@ -7,10 +7,15 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from ._envelope import StoredEvent
 
-__all__ = ["EventDecoder", "EventStore"]
+__all__ = ["EventDecoder", "EventStore", "PayloadNotJSON"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+
+
+class PayloadNotJSON(ValueError):
+    """A stored payload's text is not a JSON object (raised by
+    :meth:`EventDecoder.decode_rows`; stores report it as ``StoreCorrupted``)."""
 
 
 class EventDecoder(Protocol[_T]):
@@ -31,7 +36,9 @@ class EventDecoder(Protocol[_T]):
         """Decode ``(seq, tag, schema_version, text)`` rows of one session,
         whose payloads are kept as JSON text (UTF-8 bytes or str).
 
-        Raises ``ValueError`` if a text is not a JSON object.
+        Raises :class:`PayloadNotJSON` if a text is not a JSON object in
+        UTF-8; the store turns that into ``StoreCorrupted`` naming the event.
+        Any other exception reaches the store's caller unchanged.
         """
         ...
 
@@ -76,8 +83,8 @@ class EventStore(Protocol):
 
         The replay path: a store that keeps JSON text hands it to
         ``decoder.decode_rows`` without building envelopes, on its I/O thread.
-        Decoder errors propagate unchanged; a payload that is not a JSON
-        object raises ``StoreCorrupted``, as :meth:`read` would.
+        Decoder errors propagate unchanged, except that a payload that is not
+        a JSON object raises ``StoreCorrupted``, as :meth:`read` would.
         """
         ...
 

@@ -37,6 +37,7 @@ from ._events import (
 )
 from ._json import fast_loads as _fast_loads
 from ._json import loads_exact
+from ._store import PayloadNotJSON
 
 __all__ = [
     "DEFAULT_CODEC",
@@ -345,7 +346,7 @@ class EventCodec:
         (:func:`json.loads` semantics) and decoded as :meth:`decode` would.
 
         Raises:
-            ValueError: ``text`` is not JSON, or not a JSON object: damage the
+            PayloadNotJSON: ``text`` is not a JSON object in UTF-8: damage the
                 store reports as such (``StoreCorrupted``).
             UnknownEventTag, CodecError: as :meth:`decode`.
         """
@@ -356,9 +357,15 @@ class EventCodec:
                 return event
             except (_Slow, ValueError, TypeError):
                 pass  # not JSON to orjson, or not exactly this schema: decide below
-        payload = loads_exact(text)
+        try:
+            # Bytes are the UTF-8 of a text column: decoded strictly, as the
+            # store's read() would (json.loads would also take a BOM, UTF-16
+            # or UTF-32, and encoded surrogates).
+            payload = loads_exact(text if isinstance(text, str) else text.decode("utf-8"))
+        except ValueError as exc:
+            raise PayloadNotJSON(f"the payload is not JSON: {exc}") from exc
         if type(payload) is not dict:
-            raise ValueError(f"the payload is a JSON {type(payload).__name__}, not an object")
+            raise PayloadNotJSON(f"the payload is a JSON {type(payload).__name__}, not an object")
         try:
             return self.from_payload(tag, schema_version, payload)
         except CodecError as exc:
@@ -373,7 +380,7 @@ class EventCodec:
         :meth:`decode_json` inlined, since it runs once per event replayed.
 
         Raises:
-            ValueError: a text is not a JSON object.
+            PayloadNotJSON: a text is not a JSON object in UTF-8.
             UnknownEventTag, CodecError: as :meth:`decode`.
         """
         decode_json = self.decode_json

@@ -94,8 +94,12 @@ class EventStoreContract:
             await store.append("s-1", _batch("s-1", events[3:], 3), 3)
             got = await store.read("s-1", after=2)
             nothing = await store.read("unknown")
+            everything = await store.read("s-1", after=-1)
+            typed = await store.read_decoded("s-1", DEFAULT_CODEC, after=-1)
         assert [g.seq for g in got] == list(range(3, len(events) + 1))
         assert nothing == []
+        assert [g.seq for g in everything] == list(range(1, len(events) + 1))  # after < 0: all
+        assert typed == events
 
     async def test_empty_append_is_a_no_op(self, store: EventStore) -> None:
         with trio.fail_after(self.timeout):
@@ -141,6 +145,27 @@ class EventStoreContract:
         assert many == one_by_one == {"b": events[:2], "unknown": [], "a": events}
         assert counts == {"a": len(events), "b": 2}
         assert none == {}
+
+    async def test_read_decoded_passes_decoder_value_errors_on(self, store: EventStore) -> None:
+        # Only PayloadNotJSON means damage; a decoder's own ValueError is its
+        # caller's business, whichever method the store uses.
+        class Picky:
+            def decode(self, stored: StoredEvent) -> None:
+                raise ValueError("request id too long")
+
+            def decode_rows(
+                self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
+            ) -> list[None]:
+                raise ValueError("request id too long")
+
+        with trio.fail_after(self.timeout):
+            await store.append("s-1", _batch("s-1", sample_events()[:2], 0), 0)
+            with pytest.raises(ValueError, match=r"^request id too long$") as raised:
+                await store.read_decoded("s-1", Picky())
+            assert type(raised.value) is ValueError
+            with pytest.raises(ValueError, match=r"^request id too long$") as raised:
+                await store.read_decoded_many(["s-1"], Picky(), lambda s, e: e)
+            assert type(raised.value) is ValueError
 
     async def test_read_decoded_many_passes_fold_errors_on(self, store: EventStore) -> None:
         def fold(sid: str, evs: list[Event]) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from ..._errors import StoreCorrupted, StoreError
-from ...events import EventDecoder, StoredEvent
+from ...events import EventDecoder, PayloadNotJSON, StoredEvent
 from ...events._json import fast_loads, has_float, loads_exact
 
 __all__ = [
@@ -77,18 +77,15 @@ def decode_rows(
     where: str, session_id: str, rows: list[tuple[Any, ...]], decoder: EventDecoder[_T]
 ) -> list[_T]:
     """``decoder.decode_rows`` of ``(seq, tag, schema_version, text)`` rows,
-    with a text that is not a JSON object reported as ``StoreCorrupted``
-    naming its event (``where`` prefixes the message)."""
+    with :class:`PayloadNotJSON` reported as ``StoreCorrupted`` naming the
+    event (``where`` prefixes the message); anything else propagates."""
     try:
         return decoder.decode_rows(session_id, rows)
-    except ValueError:
+    except PayloadNotJSON:
         # Rare: decode again row by row to name the damaged event.
         for row in rows:
             try:
                 decoder.decode_rows(session_id, [row])
-            except ValueError as exc:
-                raise StoreCorrupted(
-                    f"{where}the payload of {session_id!r} seq {row[0]} is not a JSON object:"
-                    f" {exc}"
-                ) from exc
+            except PayloadNotJSON as exc:
+                raise StoreCorrupted(f"{where}session {session_id!r} seq {row[0]}: {exc}") from exc
         raise  # pragma: no cover - a decoder that fails only on the whole batch

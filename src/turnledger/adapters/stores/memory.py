@@ -110,7 +110,7 @@ class MemoryStore:
     async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
         await trio.lowlevel.checkpoint()
         self._check_open()
-        return list(self._streams.get(session_id, [])[after:])
+        return list(self._streams.get(session_id, [])[max(after, 0) :])
 
     async def read_decoded(
         self, session_id: str, decoder: EventDecoder[_T], after: int = 0

@@ -360,6 +360,8 @@ class PostgresStore:
                 payload = loads_payload(text)
             except ValueError as exc:  # pragma: no cover - the server checked it
                 raise StoreCorrupted(f"the payload at position {position} is not JSON") from exc
+            if type(payload) is not dict:
+                raise StoreCorrupted(f"the payload at position {position} is not a JSON object")
             out.append(
                 StoredEvent(session_id, seq, tag, version, payload, recorded_at, position)
             )

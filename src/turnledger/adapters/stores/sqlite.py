@@ -101,8 +101,12 @@ _INSERT: Final = (
     " VALUES (?, ?, ?, ?, ?, ?)"
 )
 _VERSION: Final = "SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?"
-_COLUMNS: Final = "position, session_id, seq, tag, schema_version, payload, recorded_at"
-_SESSION_COLUMNS: Final = "position, seq, tag, schema_version, payload, recorded_at"
+# Payloads are fetched as their bytes and decoded here, strictly: text that is
+# not UTF-8 is damage (StoreCorrupted), not a failure to read.
+_COLUMNS: Final = (
+    "position, session_id, seq, tag, schema_version, CAST(payload AS BLOB), recorded_at"
+)
+_SESSION_COLUMNS: Final = "position, seq, tag, schema_version, CAST(payload AS BLOB), recorded_at"
 # The replay path: no envelope columns, and the payload as its UTF-8 bytes.
 _READ_JSON: Final = (
     "SELECT seq, tag, schema_version, CAST(payload AS BLOB) FROM events"
@@ -459,7 +463,7 @@ def _rows_to_events(path: Path, rows: list[tuple[Any, ...]]) -> list[StoredEvent
     loads = loads_payload
     for position, session_id, seq, tag, version, payload, recorded_at in rows:
         try:
-            data = loads(payload)
+            data = loads(payload.decode("utf-8"))
         except (ValueError, TypeError) as exc:
             raise _bad_payload(path, position, exc) from exc
         if type(data) is not dict:
@@ -478,7 +482,7 @@ def _session_rows_to_events(
         loads = loads_payload
         for position, seq, tag, version, payload, recorded_at in rows:
             try:
-                data = loads(payload)
+                data = loads(payload.decode("utf-8"))
             except (ValueError, TypeError) as exc:
                 raise _bad_payload(path, position, exc) from exc
             if type(data) is not dict:
@@ -687,7 +691,9 @@ class SQLiteStore:
     ) -> dict[str, _R]:
         """``fold`` of each session's :meth:`read_decoded`, in one trip to the
         reader thread (``fold`` runs there) and one read transaction (a
-        consistent snapshot)."""
+        consistent snapshot). The transaction lasts the whole call, folds
+        included, and a WAL checkpoint cannot pass it meanwhile: give it a
+        slice of sessions at a time (``turnledger replay`` reads 256)."""
         ids = list(dict.fromkeys(session_ids))
 
         def run(path: Path, conn: sqlite3.Connection) -> dict[str, _R]:
