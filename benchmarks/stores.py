@@ -46,7 +46,10 @@ events), except the two that fold into the state machine's real state.
                   ``DEFAULT_CODEC.from_payload``: the typing without the
                   store's envelope and thread hop
 - ``bare``        ``SELECT tag, payload`` + ``json.loads`` + a dict fold
-                  (question/answer pairs)
+                  (question/answer pairs): the baseline the goal names
+- ``bare orjson`` the same with orjson's parser: how much of the typed path's
+                  speed is orjson's (the goal expects the faster parser to
+                  pay for the typing; this row shows what typing costs)
 - ``eventsourcing``  ``select_events`` + ``json.loads`` + the same dict fold
 
 Figures are medians over ``--repeat`` runs; ratios are taken between medians
@@ -76,6 +79,7 @@ from typing import Any, cast
 
 sys.path.insert(0, "src")
 
+import orjson
 import trio
 
 from turnledger.adapters.stores import SQLiteStore
@@ -237,19 +241,24 @@ def es_appends(path: Path, sids: list[str], turns: list[list[list[StoredEvent]]]
 # --- replay -------------------------------------------------------------------
 
 
-def dict_fold(state: dict[str, Any], tag: str, payload: dict[str, Any]) -> None:
-    if tag == "turn_submitted":
-        state["pending"] = payload["question"]
-    elif tag == "turn_committed":
-        state["turns"].append((state["pending"], payload["answer"]))
-        state["pending"] = None
-    elif tag == "session_started":
-        state["system"] = payload["system"]
-    state["version"] += 1
+def dict_fold(session_id: str, parsed: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The baselines' fold: question/answer pairs from ``(tag, payload)`` items."""
+    state: dict[str, Any] = {"turns": [], "pending": None, "version": 0}
+    for tag, payload in parsed:
+        if tag == "turn_submitted":
+            state["pending"] = payload["question"]
+        elif tag == "turn_committed":
+            state["turns"].append((state["pending"], payload["answer"]))
+            state["pending"] = None
+        elif tag == "session_started":
+            state["system"] = payload["system"]
+        state["version"] += 1
+    return state
 
 
 def pairs_fold(session_id: str, events: list[Event]) -> dict[str, Any]:
-    """``dict_fold``'s work on typed events: every typed contender does it, so
+    """``dict_fold``'s work on typed events, in the same shape (a list built
+    per session, then one loop over it): every typed contender does it, so
     each compares like with like against bare's parse + dict fold."""
     state: dict[str, Any] = {"turns": [], "pending": None, "version": 0}
     for event in events:
@@ -336,7 +345,6 @@ def direct_replay(path: Path, sids: list[str]) -> Times:
     # The typing alone, without the store: the same SELECT on this thread,
     # orjson, then the codec's typed decode of each payload; no envelope, no
     # thread hop. Shows what the store's envelope and hop cost on top.
-    import orjson
 
     conn = sqlite3.connect(path)
     from_payload = DEFAULT_CODEC.from_payload
@@ -353,15 +361,14 @@ def direct_replay(path: Path, sids: list[str]) -> Times:
     return elapsed
 
 
-def bare_replay(path: Path, sids: list[str]) -> Times:
+def bare_replay(path: Path, sids: list[str], loads: Callable[[Any], Any] = json.loads) -> Times:
     conn = sqlite3.connect(path)
     t0 = _now()
     for sid in sids:
-        state: dict[str, Any] = {"turns": [], "pending": None, "version": 0}
-        for tag, payload in conn.execute(
+        rows = conn.execute(
             "SELECT tag, payload FROM events WHERE session_id = ? ORDER BY seq", (sid,)
-        ):
-            dict_fold(state, tag, json.loads(payload))
+        )
+        dict_fold(sid, [(tag, loads(payload)) for tag, payload in rows])
     elapsed = _since(t0)
     conn.close()
     return elapsed
@@ -371,9 +378,7 @@ def es_replay(path: Path, sids: list[str]) -> Times:
     datastore, recorder = _es_recorder(path)
     t0 = _now()
     for sid in sids:
-        state: dict[str, Any] = {"turns": [], "pending": None, "version": 0}
-        for ev in recorder.select_events(sid):
-            dict_fold(state, ev.topic, json.loads(ev.state))
+        dict_fold(sid, [(ev.topic, json.loads(ev.state)) for ev in recorder.select_events(sid)])
     elapsed = _since(t0)
     datastore.close()
     return elapsed
@@ -486,6 +491,7 @@ def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: in
             "envelopes": lambda: trio.run(_envelope_replay, path, rsids),
             "codec alone": lambda: direct_replay(path, rsids),
             "bare": lambda: bare_replay(path, rsids),
+            "bare orjson": lambda: bare_replay(path, rsids, orjson.loads),
             "eventsourcing": lambda: es_replay(es_path, rsids),
         }
         runs: dict[str, list[Times]] = {k: [] for k in contenders}

@@ -95,6 +95,9 @@ async def test_size_cap_refuses_and_leaves_the_file_unchanged(tmp_path: Path) ->
         await store.aclose()
 
 
+_DEEP = b"[" * 5000 + b"]" * 5000  # deeper than the interpreter's stack
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -102,6 +105,19 @@ async def test_size_cap_refuses_and_leaves_the_file_unchanged(tmp_path: Path) ->
                      id="bad-checksum"),
         pytest.param(lambda b: b[:10] + b"}" + b[11:], id="bad-json"),
         pytest.param(lambda b: b"", id="deleted-line"),
+        # Valid checksums over bytes that are not UTF-8 JSON text, although
+        # json.loads of bytes would take them:
+        pytest.param(lambda b: _resealed(b"\xef\xbb\xbf" + _unsealed(b)), id="bom"),
+        pytest.param(
+            lambda b: _resealed(_unsealed(b).replace(b'_id":"', b'_id":"\xed\xa0\x80', 1)),
+            id="encoded-surrogate",
+        ),
+        pytest.param(
+            lambda b: _resealed(
+                _unsealed(b).replace(b'"tag":', b'"deep":' + _DEEP + b',"tag":', 1)
+            ),
+            id="nested-too-deep",
+        ),
     ],
 )
 async def test_damaged_middle_line_is_an_error_naming_it(
@@ -119,6 +135,15 @@ async def test_damaged_middle_line_is_an_error_naming_it(
     # The lock was released: a fixed file opens again.
     path.write_bytes(b"".join(_lines(path)[:3]))
     await (await JournalStore.open(path)).aclose()
+
+
+def _unsealed(line: bytes) -> bytes:
+    # The record without its crc32 member (what the checksum covers).
+    return line[: line.rindex(b',"crc32":')] + b"}"
+
+
+def _resealed(body: bytes) -> bytes:
+    return body[:-1] + b',"crc32":"%08x"}\n' % zlib.crc32(body)
 
 
 def _flip_crc(line: bytes) -> bytes:

@@ -11,7 +11,7 @@ from turnledger import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFul
 from turnledger.adapters.stores import SQLiteStore
 from turnledger.adapters.stores.sqlite import SCHEMA_VERSION, _Call
 from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
-from turnledger.testing import EventStoreContract
+from turnledger.testing import EventStoreContract, sample_events
 
 
 class TestSQLiteStore(EventStoreContract):
@@ -315,6 +315,7 @@ _GOOD = b'{"request_id":"s/2"}'
         _GOOD.decode().encode("utf-16-le"),  # not UTF-8 (json.loads of bytes would guess)
         b'{"request_id":"\xed\xa0\x80"}',  # an encoded lone surrogate: not UTF-8
         b'{"request_id":"\xff"}',
+        b'{"request_id":' + b"[" * 5000 + b"]" * 5000 + b"}",  # deeper than the stack
     ],
 )
 async def test_a_damaged_payload_is_reported_by_every_read(tmp_path: Path, damage: bytes) -> None:
@@ -377,3 +378,29 @@ async def test_read_decoded_many_reads_one_snapshot(tmp_path: Path) -> None:
         assert [e.seq for e in await s.read("b")] == [1, 2, 3, 4]
     finally:
         await s.aclose()
+
+
+async def test_a_utf16_database_reads_like_a_utf8_one(tmp_path: Path) -> None:
+    # Every file this store creates is UTF-8, but SQLite lets a file be made
+    # UTF-16 before its first table; its payloads must read the same.
+    path = tmp_path / "u16.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA encoding='UTF-16le'")
+    conn.execute("CREATE TABLE _x (a)")
+    conn.execute("DROP TABLE _x")
+    conn.close()
+    batch = [
+        DEFAULT_CODEC.encode(e, session_id="s", seq=i, recorded_at=1.7e9)
+        for i, e in enumerate(sample_events(), 1)
+    ]
+    s = await SQLiteStore.open(path)
+    try:
+        await s.append("s", batch, 0)
+        assert await s.read("s") == batch
+        assert await s.read_all() == await s.read("s")
+        assert await s.read_decoded("s", DEFAULT_CODEC) == sample_events()
+    finally:
+        await s.aclose()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA encoding").fetchone() == ("UTF-16le",)
+    conn.close()

@@ -47,15 +47,19 @@ def loads_exact(text: str | bytes) -> Any:
     """Parse JSON text exactly as :func:`json.loads` would.
 
     Raises:
-        ValueError: the text is not JSON (``json.JSONDecodeError``), or bytes
-            that are not UTF-8, UTF-16 or UTF-32 (``UnicodeDecodeError``).
+        ValueError: the text is not JSON (``json.JSONDecodeError``), is nested
+            too deeply to parse, or is bytes that are not UTF-8, UTF-16 or
+            UTF-32 (``UnicodeDecodeError``).
     """
-    if fast_loads is not None:
-        try:
-            value = fast_loads(text)
-        except ValueError:
-            pass
-        else:
-            if not has_float(value):
-                return value
-    return json.loads(text)
+    try:
+        if fast_loads is not None:
+            try:
+                value = fast_loads(text)
+            except ValueError:
+                pass
+            else:
+                if not has_float(value):
+                    return value
+        return json.loads(text)
+    except RecursionError:  # nested deeper than the interpreter's stack
+        raise ValueError("JSON nested too deeply") from None

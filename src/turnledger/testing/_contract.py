@@ -24,12 +24,19 @@ import attrs
 import pytest
 import trio
 
-from .._errors import CodecError, ConcurrencyConflict, StoreError, UnknownEventTag
+from .._errors import (
+    CodecError,
+    ConcurrencyConflict,
+    StoreCorrupted,
+    StoreError,
+    UnknownEventTag,
+)
 from ..events import (
     DEFAULT_CODEC,
     WIRE_TAGS,
     Event,
     EventStore,
+    PayloadNotJSON,
     RequestId,
     StoredEvent,
     TurnCommitted,
@@ -47,6 +54,21 @@ def _batch(
         DEFAULT_CODEC.encode(ev, session_id=session_id, seq=after + i, recorded_at=t0 + i / 8)
         for i, ev in enumerate(events, start=1)
     ]
+
+
+class _Raising:
+    """A decoder whose every method raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def decode(self, stored: StoredEvent) -> None:
+        raise self.error
+
+    def decode_rows(
+        self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
+    ) -> list[None]:
+        raise self.error
 
 
 class EventStoreContract:
@@ -95,10 +117,12 @@ class EventStoreContract:
             got = await store.read("s-1", after=2)
             nothing = await store.read("unknown")
             everything = await store.read("s-1", after=-1)
+            feed = await store.read_all(after=-1)
             typed = await store.read_decoded("s-1", DEFAULT_CODEC, after=-1)
         assert [g.seq for g in got] == list(range(3, len(events) + 1))
         assert nothing == []
         assert [g.seq for g in everything] == list(range(1, len(events) + 1))  # after < 0: all
+        assert feed == everything
         assert typed == events
 
     async def test_empty_append_is_a_no_op(self, store: EventStore) -> None:
@@ -149,23 +173,26 @@ class EventStoreContract:
     async def test_read_decoded_passes_decoder_value_errors_on(self, store: EventStore) -> None:
         # Only PayloadNotJSON means damage; a decoder's own ValueError is its
         # caller's business, whichever method the store uses.
-        class Picky:
-            def decode(self, stored: StoredEvent) -> None:
-                raise ValueError("request id too long")
-
-            def decode_rows(
-                self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
-            ) -> list[None]:
-                raise ValueError("request id too long")
-
+        picky = _Raising(ValueError("request id too long"))
         with trio.fail_after(self.timeout):
             await store.append("s-1", _batch("s-1", sample_events()[:2], 0), 0)
             with pytest.raises(ValueError, match=r"^request id too long$") as raised:
-                await store.read_decoded("s-1", Picky())
+                await store.read_decoded("s-1", picky)
             assert type(raised.value) is ValueError
             with pytest.raises(ValueError, match=r"^request id too long$") as raised:
-                await store.read_decoded_many(["s-1"], Picky(), lambda s, e: e)
+                await store.read_decoded_many(["s-1"], picky, lambda s, e: e)
             assert type(raised.value) is ValueError
+
+    async def test_a_decoder_finding_damage_is_a_store_error(self, store: EventStore) -> None:
+        # PayloadNotJSON from either decoder method means damage, whichever
+        # method the store uses: StoreCorrupted, naming the event.
+        finder = _Raising(PayloadNotJSON("the payload is not JSON: found by the decoder"))
+        with trio.fail_after(self.timeout):
+            await store.append("s-1", _batch("s-1", sample_events()[:2], 0), 0)
+            with pytest.raises(StoreCorrupted, match=r"session 's-1' seq 1: .*by the decoder"):
+                await store.read_decoded("s-1", finder)
+            with pytest.raises(StoreCorrupted, match=r"session 's-1' seq 1: .*by the decoder"):
+                await store.read_decoded_many(["s-1"], finder, lambda s, e: e)
 
     async def test_read_decoded_many_passes_fold_errors_on(self, store: EventStore) -> None:
         def fold(sid: str, evs: list[Event]) -> int:

@@ -114,8 +114,10 @@ def _parse_line(line: bytes) -> tuple[dict[str, Any], int]:
             except ValueError:
                 obj = None
         if type(obj) is not dict or has_float(obj.get("payload")):
-            obj = json.loads(body)
-    except ValueError as exc:
+            # Strict UTF-8 first: json.loads of bytes would take a BOM, UTF-16
+            # or encoded surrogates, which orjson (and the other stores) refuse.
+            obj = json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
         raise _Damaged(f"not JSON: {exc}") from exc
     if type(obj) is not dict or obj.keys() != _KEYS:
         raise _Damaged("not an event record")

@@ -10,8 +10,8 @@ from typing import TypeVar
 import attrs
 import trio
 
-from ..._errors import ConcurrencyConflict, StoreError
-from ...events import EventDecoder, StoredEvent
+from ..._errors import ConcurrencyConflict, StoreCorrupted, StoreError
+from ...events import EventDecoder, PayloadNotJSON, StoredEvent
 
 __all__ = ["MemoryStore", "check_batch", "decode_held", "fold_held"]
 
@@ -45,7 +45,16 @@ def decode_held(
     """``read_decoded`` of a store that holds its events parsed, in memory
     (shared with the journal)."""
     decode = decoder.decode
-    return [decode(ev) for ev in streams.get(session_id, [])[max(after, 0) :]]
+    events = streams.get(session_id, [])[max(after, 0) :]
+    try:
+        return [decode(ev) for ev in events]
+    except PayloadNotJSON:
+        for ev in events:  # rare: find the event, to name it
+            try:
+                decode(ev)
+            except PayloadNotJSON as exc:
+                raise StoreCorrupted(f"session {session_id!r} seq {ev.seq}: {exc}") from exc
+        raise  # pragma: no cover - a decoder that fails only on the whole list
 
 
 def fold_held(
@@ -132,7 +141,7 @@ class MemoryStore:
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
         await trio.lowlevel.checkpoint()
         self._check_open()
-        out = self._feed[after:]
+        out = self._feed[max(after, 0) :]
         return out if limit is None else out[:limit]
 
     async def session_ids(self) -> list[str]:

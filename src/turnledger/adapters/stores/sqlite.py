@@ -101,15 +101,16 @@ _INSERT: Final = (
     " VALUES (?, ?, ?, ?, ?, ?)"
 )
 _VERSION: Final = "SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?"
-# Payloads are fetched as their bytes and decoded here, strictly: text that is
-# not UTF-8 is damage (StoreCorrupted), not a failure to read.
-_COLUMNS: Final = (
-    "position, session_id, seq, tag, schema_version, CAST(payload AS BLOB), recorded_at"
-)
-_SESSION_COLUMNS: Final = "position, seq, tag, schema_version, CAST(payload AS BLOB), recorded_at"
+# Payloads are fetched as their bytes (CAST to BLOB gives the text's bytes in
+# the database's encoding: UTF-8 in every file this store creates) and decoded
+# here, strictly: text that is not UTF-8 is damage (StoreCorrupted), not a
+# failure to read. A UTF-16 database (made elsewhere) is read as TEXT.
+_PAYLOAD_UTF8: Final = "CAST(payload AS BLOB)"
+_COLUMNS: Final = "position, session_id, seq, tag, schema_version, {payload}, recorded_at"
+_SESSION_COLUMNS: Final = "position, seq, tag, schema_version, {payload}, recorded_at"
 # The replay path: no envelope columns, and the payload as its UTF-8 bytes.
 _READ_JSON: Final = (
-    "SELECT seq, tag, schema_version, CAST(payload AS BLOB) FROM events"
+    "SELECT seq, tag, schema_version, {payload} FROM events"
     " WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 
@@ -463,7 +464,7 @@ def _rows_to_events(path: Path, rows: list[tuple[Any, ...]]) -> list[StoredEvent
     loads = loads_payload
     for position, session_id, seq, tag, version, payload, recorded_at in rows:
         try:
-            data = loads(payload.decode("utf-8"))
+            data = loads(payload if type(payload) is str else payload.decode("utf-8"))
         except (ValueError, TypeError) as exc:
             raise _bad_payload(path, position, exc) from exc
         if type(data) is not dict:
@@ -482,7 +483,7 @@ def _session_rows_to_events(
         loads = loads_payload
         for position, seq, tag, version, payload, recorded_at in rows:
             try:
-                data = loads(payload.decode("utf-8"))
+                data = loads(payload if type(payload) is str else payload.decode("utf-8"))
             except (ValueError, TypeError) as exc:
                 raise _bad_payload(path, position, exc) from exc
             if type(data) is not dict:
@@ -511,8 +512,12 @@ class SQLiteStore:
         writer: _Writer,
         reader: _Reader,
         synchronous: Synchronous,
+        payload: str = _PAYLOAD_UTF8,
     ) -> None:
         # Private: use ``await SQLiteStore.open(path)``.
+        self._columns = _COLUMNS.format(payload=payload)
+        self._session_columns = _SESSION_COLUMNS.format(payload=payload)
+        self._read_json = _READ_JSON.format(payload=payload)
         self._path = path
         self._writer = writer
         self._reader = reader
@@ -562,18 +567,20 @@ class SQLiteStore:
         def open_writer(_: sqlite3.Connection | None) -> None:
             writer.conn = _open_writer(p, synchronous, busy_timeout)
 
-        def open_reader(_: sqlite3.Connection | None) -> None:
+        def open_reader(_: sqlite3.Connection | None) -> str:
             if read_only:
                 reader.conn = _open_read_only(p, busy_timeout)
             else:
                 reader.conn = _open_reader(p, busy_timeout)
+            (encoding,) = reader.conn.execute("PRAGMA encoding").fetchone()
+            return _PAYLOAD_UTF8 if encoding == "UTF-8" else "payload"
 
         try:
             try:
                 await trio.lowlevel.checkpoint_if_cancelled()
                 if not read_only:
                     await writer.call(_Call(open_writer))
-                await reader.call(_Call(open_reader))
+                payload: str = await reader.call(_Call(open_reader))
             except sqlite3.Error as exc:
                 raise _map_error(exc, f"{p}: cannot open") from exc
         except BaseException:
@@ -581,7 +588,7 @@ class SQLiteStore:
                 for t in threads:
                     await t.call(_Call(_close_conn(t), last=True))
             raise
-        store = cls(p, writer, reader, synchronous)
+        store = cls(p, writer, reader, synchronous, payload)
         store._read_only = read_only
         return store
 
@@ -661,7 +668,7 @@ class SQLiteStore:
         """Events of ``session_id`` with ``seq > after``, in order."""
         return await self._read(
             f"cannot read {session_id!r}",
-            f"SELECT {_SESSION_COLUMNS} FROM events WHERE session_id = ? AND seq > ?"
+            f"SELECT {self._session_columns} FROM events WHERE session_id = ? AND seq > ?"
             " ORDER BY seq",
             (session_id, after),
             _session_rows_to_events(session_id),
@@ -678,7 +685,7 @@ class SQLiteStore:
         """
 
         def run(path: Path, conn: sqlite3.Connection) -> list[_T]:
-            rows = conn.execute(_READ_JSON, (session_id, after)).fetchall()
+            rows = conn.execute(self._read_json, (session_id, after)).fetchall()
             return decode_rows(f"{path}: ", session_id, rows, decoder)
 
         return await self._read_on_thread(f"cannot read {session_id!r}", run)
@@ -701,7 +708,7 @@ class SQLiteStore:
             conn.execute("BEGIN")
             try:
                 for sid in ids:
-                    rows = conn.execute(_READ_JSON, (sid, 0)).fetchall()
+                    rows = conn.execute(self._read_json, (sid, 0)).fetchall()
                     out[sid] = fold(sid, decode_rows(f"{path}: ", sid, rows, decoder))
             finally:
                 if conn.in_transaction:  # a read transaction: nothing to keep
@@ -732,7 +739,7 @@ class SQLiteStore:
         """The global feed: events with ``position > after``, in order."""
         return await self._read(
             "cannot read the feed",
-            f"SELECT {_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            f"SELECT {self._columns} FROM events WHERE position > ? ORDER BY position LIMIT ?",
             (after, -1 if limit is None else limit),
             _rows_to_events,
         )
