@@ -24,6 +24,7 @@ PURE = [
     "turnledger.events",
     "turnledger.events._events",
     "turnledger.events._envelope",
+    "turnledger.events._json",
     "turnledger.events._store",
     "turnledger.events.codec",
     "turnledger.sessions._machine",
