@@ -207,7 +207,7 @@ def test_fast_path_agrees_with_cattrs(index: int, drop: list[str], put: dict[str
     mutated = {k: v for k, v in payload.items() if k not in drop}
     mutated.update(put)
     slow = EventCodec()
-    slow._fast = {}  # cattrs only
+    slow._current = {}  # cattrs only
     try:
         expected: Any = slow.from_payload(tag, version, mutated)
     except CodecError as exc:
@@ -312,7 +312,7 @@ def test_decode_json_agrees_with_an_exact_parse_and_cattrs(index: int, put: dict
     tag, version, payload = DEFAULT_CODEC.to_payload(event)
     text = json.dumps({**payload, **put}).encode()
     slow = EventCodec()
-    slow._fast = {}  # cattrs only, on json.loads' result
+    slow._current = {}  # cattrs only, on json.loads' result
     try:
         expected: Any = slow.from_payload(tag, version, json.loads(text))
     except CodecError as exc:

@@ -257,13 +257,13 @@ class EventCodec:
     # Generated strict structurers for current-version payloads: the common
     # case of replay. Anything they do not accept exactly goes through cattrs,
     # which either builds the same event or raises a detailed CodecError.
-    _fast: dict[str, _Check] = attrs.field(factory=_fast_structurers, init=False)
-    # tag -> (current version, fast structurer), for decode_rows.
+    # tag -> (its current version, its fast structurer).
     _current: dict[str, tuple[int, _Check]] = attrs.field(init=False)
 
     @_current.default
     def _current_default(self) -> dict[str, tuple[int, _Check]]:
-        return {t: (self.versions[t], f) for t, f in self._fast.items() if t in self.versions}
+        fast = _fast_structurers()
+        return {t: (self.versions[t], f) for t, f in fast.items() if t in self.versions}
 
     def to_payload(self, event: Event) -> tuple[str, int, Payload]:
         """Return the wire tag, schema version and JSON-able payload of ``event``."""
@@ -281,10 +281,10 @@ class EventCodec:
             UnknownEventTag: the tag or the version is not known.
             CodecError: the payload does not match the event's schema.
         """
-        fast = self._fast.get(tag)
-        if fast is not None and schema_version == self.versions[tag]:
+        entry = self._current.get(tag)
+        if entry is not None and entry[0] == schema_version:
             try:
-                event: Event = fast(payload)
+                event: Event = entry[1](payload)
                 return event
             except (_Slow, ValueError, TypeError):
                 pass  # let cattrs explain
@@ -357,6 +357,13 @@ class EventCodec:
                 return event
             except (_Slow, ValueError, TypeError):
                 pass  # not JSON to orjson, or not exactly this schema: decide below
+        return self._decode_exact(session_id, seq, tag, schema_version, text)
+
+    def _decode_exact(
+        self, session_id: str, seq: int, tag: str, schema_version: int, text: str | bytes
+    ) -> Event:
+        # decode_json without its fast path: json.loads semantics, then cattrs
+        # (and upcasters) through from_payload.
         try:
             # Bytes are the UTF-8 of a text column: decoded strictly, as the
             # store's read() would (json.loads would also take a BOM, UTF-16
@@ -383,10 +390,10 @@ class EventCodec:
             PayloadNotJSON: a text is not a JSON object in UTF-8.
             UnknownEventTag, CodecError: as :meth:`decode`.
         """
-        decode_json = self.decode_json
+        exact = self._decode_exact
         loads = _fast_loads
         if loads is None:  # pragma: no cover - orjson is a dependency
-            return [decode_json(session_id, *row) for row in rows]
+            return [exact(session_id, *row) for row in rows]
         current = self._current
         out: list[Event] = []
         append = out.append
@@ -397,8 +404,8 @@ class EventCodec:
                     append(entry[1](loads(text)))
                     continue
                 except (_Slow, ValueError, TypeError):
-                    pass  # decode_json decides, exactly
-            append(decode_json(session_id, seq, tag, version, text))
+                    pass  # decided exactly below
+            append(exact(session_id, seq, tag, version, text))
         return out
 
 

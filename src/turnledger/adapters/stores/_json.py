@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from ..._errors import StoreCorrupted, StoreError
@@ -19,6 +19,7 @@ from ...events._json import fast_loads, has_float, loads_exact
 
 __all__ = [
     "check_envelope",
+    "damage",
     "decode_rows",
     "dumps_payload",
     "fast_loads",
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_I = TypeVar("_I")
 
 _dumps_utf8 = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 _dumps_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
@@ -82,10 +84,27 @@ def decode_rows(
     try:
         return decoder.decode_rows(session_id, rows)
     except PayloadNotJSON:
-        # Rare: decode again row by row to name the damaged event.
-        for row in rows:
-            try:
-                decoder.decode_rows(session_id, [row])
-            except PayloadNotJSON as exc:
-                raise StoreCorrupted(f"{where}session {session_id!r} seq {row[0]}: {exc}") from exc
-        raise  # pragma: no cover - a decoder that fails only on the whole batch
+        error = damage(
+            where, session_id, [(row[0], row) for row in rows],
+            lambda row: decoder.decode_rows(session_id, [row]),
+        )
+        raise error from error.__cause__
+
+
+def damage(
+    where: str,
+    session_id: str,
+    items: list[tuple[int, _I]],
+    decode_one: Callable[[_I], object],
+) -> StoreCorrupted:
+    """After a decoder raised ``PayloadNotJSON`` for a batch: decode the
+    ``(seq, item)`` pairs again one by one (rare) and name the damaged event."""
+    for seq, item in items:
+        try:
+            decode_one(item)
+        except PayloadNotJSON as exc:
+            error = StoreCorrupted(f"{where}session {session_id!r} seq {seq}: {exc}")
+            error.__cause__ = exc
+            return error
+    # A decoder that fails only on the whole batch: name the session.
+    return StoreCorrupted(f"{where}session {session_id!r}: a payload is not JSON")

@@ -10,8 +10,9 @@ from typing import TypeVar
 import attrs
 import trio
 
-from ..._errors import ConcurrencyConflict, StoreCorrupted, StoreError
+from ..._errors import ConcurrencyConflict, StoreError
 from ...events import EventDecoder, PayloadNotJSON, StoredEvent
+from ._json import damage
 
 __all__ = ["MemoryStore", "check_batch", "decode_held", "fold_held"]
 
@@ -49,12 +50,8 @@ def decode_held(
     try:
         return [decode(ev) for ev in events]
     except PayloadNotJSON:
-        for ev in events:  # rare: find the event, to name it
-            try:
-                decode(ev)
-            except PayloadNotJSON as exc:
-                raise StoreCorrupted(f"session {session_id!r} seq {ev.seq}: {exc}") from exc
-        raise  # pragma: no cover - a decoder that fails only on the whole list
+        error = damage("", session_id, [(ev.seq, ev) for ev in events], decode)
+        raise error from error.__cause__
 
 
 def fold_held(

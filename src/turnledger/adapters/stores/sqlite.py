@@ -107,7 +107,6 @@ _VERSION: Final = "SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?
 # failure to read. A UTF-16 database (made elsewhere) is read as TEXT.
 _PAYLOAD_UTF8: Final = "CAST(payload AS BLOB)"
 _COLUMNS: Final = "position, session_id, seq, tag, schema_version, {payload}, recorded_at"
-_SESSION_COLUMNS: Final = "position, seq, tag, schema_version, {payload}, recorded_at"
 # The replay path: no envelope columns, and the payload as its UTF-8 bytes.
 _READ_JSON: Final = (
     "SELECT seq, tag, schema_version, {payload} FROM events"
@@ -458,7 +457,8 @@ def _bad_payload(path: Path, position: int, exc: Exception | None) -> StoreCorru
 
 
 def _rows_to_events(path: Path, rows: list[tuple[Any, ...]]) -> list[StoredEvent]:
-    # Rows of _COLUMNS. Runs on the reader thread, once per event read: keep it lean.
+    # Rows of _COLUMNS (the feed, and one session's stream). Runs on the
+    # reader thread, once per event read: keep it lean.
     out: list[StoredEvent] = []
     append = out.append
     loads = loads_payload
@@ -471,27 +471,6 @@ def _rows_to_events(path: Path, rows: list[tuple[Any, ...]]) -> list[StoredEvent
             raise _bad_payload(path, position, None)
         append(StoredEvent(session_id, seq, tag, version, data, recorded_at, position))
     return out
-
-
-def _session_rows_to_events(
-    session_id: str,
-) -> Callable[[Path, list[tuple[Any, ...]]], list[StoredEvent]]:
-    # Rows of _SESSION_COLUMNS: the session id is known, so it is not fetched.
-    def convert(path: Path, rows: list[tuple[Any, ...]]) -> list[StoredEvent]:
-        out: list[StoredEvent] = []
-        append = out.append
-        loads = loads_payload
-        for position, seq, tag, version, payload, recorded_at in rows:
-            try:
-                data = loads(payload if type(payload) is str else payload.decode("utf-8"))
-            except (ValueError, TypeError) as exc:
-                raise _bad_payload(path, position, exc) from exc
-            if type(data) is not dict:
-                raise _bad_payload(path, position, None)
-            append(StoredEvent(session_id, seq, tag, version, data, recorded_at, position))
-        return out
-
-    return convert
 
 
 def _first_column(path: Path, rows: list[tuple[Any, ...]]) -> list[str]:
@@ -516,7 +495,6 @@ class SQLiteStore:
     ) -> None:
         # Private: use ``await SQLiteStore.open(path)``.
         self._columns = _COLUMNS.format(payload=payload)
-        self._session_columns = _SESSION_COLUMNS.format(payload=payload)
         self._read_json = _READ_JSON.format(payload=payload)
         self._path = path
         self._writer = writer
@@ -668,10 +646,10 @@ class SQLiteStore:
         """Events of ``session_id`` with ``seq > after``, in order."""
         return await self._read(
             f"cannot read {session_id!r}",
-            f"SELECT {self._session_columns} FROM events WHERE session_id = ? AND seq > ?"
+            f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq > ?"
             " ORDER BY seq",
             (session_id, after),
-            _session_rows_to_events(session_id),
+            _rows_to_events,
         )
 
     async def read_decoded(
