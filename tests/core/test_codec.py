@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given as hgiven
 from hypothesis import settings
@@ -25,7 +26,7 @@ from turnledger.events import (
     TurnSubmitted,
     Window,
 )
-from turnledger.events.codec import UPCASTERS
+from turnledger.events.codec import UPCASTERS, _fast_structurer, _plain_slots
 from turnledger.testing import sample_events
 
 
@@ -219,6 +220,57 @@ def test_fast_path_agrees_with_cattrs(index: int, drop: list[str], put: dict[str
     assert got == expected
     if not isinstance(got, type):
         assert type(got) is type(event)
+
+
+@pytest.mark.parametrize("event", sample_events(), ids=lambda e: type(e).__name__)
+def test_fast_structurers_build_the_same_event_as_the_constructor(event: Any) -> None:
+    # Most structurers store values through the slot descriptors instead of
+    # calling __init__: the event must be indistinguishable from one built
+    # by its constructor (every slot filled, equal, same hash, same repr).
+    tag, _version, payload = DEFAULT_CODEC.to_payload(event)
+    entry = DEFAULT_CODEC._current.get(tag)
+    if entry is None:
+        assert type(event) is SessionStarted  # the tagged policy union: cattrs
+        return
+    built = entry[1](payload)
+    assert type(built) is type(event)
+    assert attrs.asdict(built) == attrs.asdict(event)
+    assert (built == event, hash(built), repr(built)) == (True, hash(event), repr(event))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        built.request_id = "other"  # type: ignore[misc]
+
+
+def test_fast_structurers_call_init_when_it_does_more_than_store() -> None:
+    seen: list[str] = []
+
+    @attrs.frozen
+    class Checked:
+        n: int = attrs.field(validator=attrs.validators.ge(0))
+
+    @attrs.frozen
+    class Hooked:
+        name: str
+
+        def __attrs_post_init__(self) -> None:
+            seen.append(self.name)
+
+    @attrs.frozen(cache_hash=True)
+    class Cached:
+        name: str
+
+    @attrs.frozen
+    class Plain:
+        name: str
+        n: int = 0
+
+    assert [_plain_slots(c, attrs.fields(c)) for c in (Checked, Hooked, Cached, Plain)] == [
+        False, False, False, True
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="must be >= 0"):
+        _fast_structurer(Checked)({"n": -1})
+    assert _fast_structurer(Hooked)({"name": "x"}) == Hooked("x") and seen == ["x", "x"]
+    assert hash(_fast_structurer(Cached)({"name": "x"})) == hash(Cached("x"))
+    assert _fast_structurer(Plain)({"name": "x"}) == Plain("x", 0)
 
 
 # --- decoding straight from JSON text (the stores' replay path) ------------
