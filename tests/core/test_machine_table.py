@@ -248,6 +248,10 @@ def test_cancel_targets_only_its_own_request() -> None:
         ("idle", SessionStarted("", "m")),
         ("unstarted", TurnSubmitted(rid("x"), "q", 0, 0, 1)),
         ("committed", TurnSubmitted(STALE, "q again", 0, 0, 1)),
+        ("committed", TurnRejected(STALE, "busy")),
+        ("streaming", TurnRejected(CURRENT, "busy")),
+        ("unstarted", CompletionIgnored(STALE, "completed")),
+        ("discarded", StreamStarted(STALE)),
     ],
 )
 def test_impossible_logs_do_not_fold(state_name: str, event: object) -> None:
