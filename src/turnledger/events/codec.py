@@ -232,7 +232,12 @@ def _fast_structurer(cls: type[Any]) -> _Check:
 def _plain_slots(cls: type[Any], fields: tuple[attrs.Attribute[Any], ...]) -> bool:
     """True when the attrs ``__init__`` of ``cls`` only stores each argument
     in its slot: no validator, converter, setattr hook, init hook, cached
-    hash or other slot for ``__init__`` to fill."""
+    hash or other slot for ``__init__`` to fill, and an ``__init__`` that
+    attrs wrote (by its code's file name: if a later attrs names it
+    otherwise, the structurers call the constructor, as before)."""
+    init = getattr(cls.__dict__.get("__init__"), "__code__", None)
+    if init is None or not init.co_filename.startswith("<attrs generated"):
+        return False
     slots = cls.__dict__.get("__slots__")
     if slots is None or set(slots) - {"__weakref__"} != {f.name for f in fields}:
         return False
