@@ -267,19 +267,28 @@ def test_fast_structurers_call_init_when_it_does_more_than_store() -> None:
             self.__attrs_init__(name)  # type: ignore[attr-defined]
 
     @attrs.frozen
+    class Counted:
+        name: str
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            seen.append("new")
+            return super().__new__(cls)
+
+    @attrs.frozen
     class Plain:
         name: str
         n: int = 0
 
-    classes = (Checked, Hooked, Cached, Handmade, Plain)
+    classes = (Checked, Hooked, Cached, Handmade, Counted, Plain)
     assert [_plain_slots(c, attrs.fields(c)) for c in classes] == [
-        False, False, False, False, True
+        False, False, False, False, False, True
     ]  # fmt: skip
     with pytest.raises(ValueError, match="must be >= 0"):
         _fast_structurer(Checked)({"n": -1})
     assert _fast_structurer(Hooked)({"name": "x"}) == Hooked("x") and seen == ["x", "x"]
     assert hash(_fast_structurer(Cached)({"name": "x"})) == hash(Cached("x"))
     assert _fast_structurer(Handmade)({"name": "y"}) == Handmade("y") and seen[2:] == ["y", "y"]
+    assert _fast_structurer(Counted)({"name": "z"}) == Counted("z") and seen[4:] == ["new"] * 2
     assert _fast_structurer(Plain)({"name": "x"}) == Plain("x", 0)
 
 
