@@ -131,6 +131,53 @@ def test_replay_at_an_event_reads_no_further(tmp_path: Path) -> None:
     assert "the log is corrupt: session 's' seq 4" in whole.stderr
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_replay_at_an_event_before_a_damaged_payload(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    # The 4th payload is not JSON (damage): the view after event 3 replays
+    # without parsing it, a slice at a time like the whole log; the whole
+    # log is refused as corrupt, naming the event.
+    import trio
+
+    from turnledger.adapters.stores import open_store
+    from turnledger.events import DEFAULT_CODEC
+    from turnledger.testing import sample_events
+
+    db = request.getfixturevalue("pg_dsn") if kind == "postgres" else str(tmp_path / "x.db")
+
+    async def write() -> None:
+        store = await open_store(db)
+        first = sample_events()[:4]  # started, submitted, rejected, stream started
+        batch = [DEFAULT_CODEC.encode(e, session_id="s", seq=i, recorded_at=1.7e9)
+                 for i, e in enumerate(first, 1)]  # fmt: skip
+        await store.append("s", batch, 0)
+        await store.aclose()
+
+    trio.run(write)
+    damage = "UPDATE {} SET {} = '{{\"request_id\": ' WHERE seq = 4"
+    if kind == "postgres":
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(damage.format("turnledger_events", "payload_text"))
+    else:
+        import sqlite3
+
+        with sqlite3.connect(db) as conn:
+            conn.execute(damage.format("events", "payload"))
+        conn.close()
+    at = tl("replay", db, "--at", "3", "--json", cwd=tmp_path)
+    assert at.returncode == 0, at.stderr
+    state = json.loads(at.stdout)
+    assert (state["version"], state["phase"]) == (3, "pending")
+    whole = tl("replay", db, cwd=tmp_path)
+    assert whole.returncode == 3, whole.stderr
+    assert "session 's' seq 4" in whole.stderr and "not JSON" in whole.stderr
+    later = tl("replay", db, "--at", "4", cwd=tmp_path)
+    assert later.returncode == 3 and "seq 4" in later.stderr
+
+
 def test_rejected_and_failed_turns_exit_1_and_keep_history(tmp_path: Path) -> None:
     big = "x" * 500
     r = tl("chat", "--db", "x.db", "--max-request-bytes", "300", cwd=tmp_path, stdin=f"ok\n{big}\n")

@@ -30,12 +30,10 @@ def phase_name(state: SessionState) -> str:
     return type(state).__name__.lower()
 
 
-def replay_stored(stored: Iterable[StoredEvent], at: int | None = None) -> SessionState:
-    """Fold stored events (decoding each) up to and including ``seq == at``."""
+def replay_stored(stored: Iterable[StoredEvent]) -> SessionState:
+    """Fold stored events, decoding each."""
     state: SessionState = initial_state()
     for env in stored:
-        if at is not None and env.seq > at:
-            break
         state = evolve(state, DEFAULT_CODEC.decode(env))
     return state
 

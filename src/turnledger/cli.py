@@ -19,7 +19,7 @@ import datetime as dt
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 import trio
@@ -27,7 +27,7 @@ import trio
 from . import __version__
 from ._cli_errors import Exit, display_db
 from ._errors import CodecError, ReplayError, StoreError, TurnLedgerError
-from ._inspect import phase_name, replay_stored, session_summary, timeline
+from ._inspect import phase_name, session_summary, timeline
 from .events import DEFAULT_CODEC, Event, EventStore, StoredEvent
 from .sessions._machine import SessionState, replay
 
@@ -87,18 +87,42 @@ def _fold_found(session_id: str, events: list[Event]) -> SessionState | None:
     return replay(events) if events else None
 
 
+class _UpTo:
+    """The codec for ``replay --at SEQ``: it decodes no event after SEQ, and
+    does not even parse one, so damage or an event this release cannot read
+    later in the log does not spoil the view at SEQ. Each later event is
+    ``None``: it still shows that the session exists."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def decode(self, stored: StoredEvent) -> Event | None:
+        return DEFAULT_CODEC.decode(stored) if stored.seq <= self.at else None
+
+    def decode_rows(
+        self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
+    ) -> list[Event | None]:
+        rows = list(rows)
+        wanted = [row for row in rows if row[0] <= self.at]
+        later: list[Event | None] = [None] * (len(rows) - len(wanted))
+        return [*DEFAULT_CODEC.decode_rows(session_id, wanted), *later]
+
+
+def _fold_up_to(session_id: str, events: list[Event | None]) -> SessionState | None:
+    return replay(e for e in events if e is not None) if events else None
+
+
 async def _replay_states(store: EventStore, args: argparse.Namespace) -> dict[str, SessionState]:
-    if args.at is not None:
-        # As it stood after event ``at``: decode no further than that, so a
-        # later event this release cannot read does not spoil an earlier view.
-        streams = await _load(store, args.session)
-        return {sid: replay_stored(events, at=args.at) for sid, events in streams.items()}
-    # The whole log: typed events straight from the store's bulk replay path.
+    # Typed events straight from the store's bulk replay path, a slice of
+    # sessions at a time; with --at, as they stood after that event.
     ids = [args.session] if args.session else await store.session_ids()
     states: dict[str, SessionState | None] = {}
     for i in range(0, len(ids), _REPLAY_SLICE):
         chunk = ids[i : i + _REPLAY_SLICE]
-        states.update(await store.read_decoded_many(chunk, DEFAULT_CODEC, _fold_found))
+        if args.at is None:
+            states.update(await store.read_decoded_many(chunk, DEFAULT_CODEC, _fold_found))
+        else:
+            states.update(await store.read_decoded_many(chunk, _UpTo(args.at), _fold_up_to))
     found = {sid: state for sid, state in states.items() if state is not None}
     if not found:
         what = f"session {args.session!r}" if args.session else "any session"
