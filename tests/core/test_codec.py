@@ -275,20 +275,51 @@ def test_fast_structurers_call_init_when_it_does_more_than_store() -> None:
             return super().__new__(cls)
 
     @attrs.frozen
+    class Converted:
+        name: str = attrs.field(converter=str.upper)
+
+    @attrs.frozen
+    class Derived:
+        name: str
+        n: int = attrs.field(init=False, default=7)
+
+    @attrs.define
+    class Audited:
+        name: str
+
+        def __setattr__(self, key: str, value: Any) -> None:
+            seen.append(f"set {key}")
+            object.__setattr__(self, key, value)
+
+    class Registering(type):
+        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+            seen.append("registered")
+            return super().__call__(*args, **kwargs)
+
+    @attrs.frozen
+    class Registered(metaclass=Registering):
+        name: str
+
+    @attrs.frozen
     class Plain:
         name: str
         n: int = 0
 
-    classes = (Checked, Hooked, Cached, Handmade, Counted, Plain)
-    assert [_plain_slots(c, attrs.fields(c)) for c in classes] == [
-        False, False, False, False, False, True
-    ]  # fmt: skip
+    classes = (Checked, Hooked, Cached, Handmade, Counted, Converted, Derived, Audited,
+               Registered, Plain)  # fmt: skip
+    assert [_plain_slots(c, attrs.fields(c)) for c in classes] == [False] * 9 + [True]
     with pytest.raises(ValueError, match="must be >= 0"):
         _fast_structurer(Checked)({"n": -1})
     assert _fast_structurer(Hooked)({"name": "x"}) == Hooked("x") and seen == ["x", "x"]
     assert hash(_fast_structurer(Cached)({"name": "x"})) == hash(Cached("x"))
     assert _fast_structurer(Handmade)({"name": "y"}) == Handmade("y") and seen[2:] == ["y", "y"]
     assert _fast_structurer(Counted)({"name": "z"}) == Counted("z") and seen[4:] == ["new"] * 2
+    assert _fast_structurer(Converted)({"name": "x"}).name == "X"
+    del seen[:]
+    assert _fast_structurer(Audited)({"name": "a"}) == Audited("a") and seen == ["set name"] * 2
+    del seen[:]
+    assert _fast_structurer(Registered)({"name": "r"}) == Registered("r")
+    assert seen == ["registered"] * 2
     assert _fast_structurer(Plain)({"name": "x"}) == Plain("x", 0)
 
 

@@ -229,18 +229,26 @@ def _fast_structurer(cls: type[Any]) -> _Check:
     return structure
 
 
+#: The ``__setattr__`` attrs gives frozen classes (it refuses every set).
+_FROZEN_SETATTR: Final[object] = attrs.frozen(type("_Probe", (), {})).__setattr__
+
+
 def _plain_slots(cls: type[Any], fields: tuple[attrs.Attribute[Any], ...]) -> bool:
     """True when the attrs ``__init__`` of ``cls`` only stores each argument
     in its slot: no validator, converter, setattr hook, init hook, cached
-    hash or other slot for ``__init__`` to fill, and an ``__init__`` that
+    hash or other slot for ``__init__`` to fill, no ``__new__``, metaclass
+    ``__call__`` or ``__setattr__`` of its own, and an ``__init__`` that
     attrs wrote (by its code's file name: if a later attrs names it
     otherwise, the structurers call the constructor, as before)."""
     init = getattr(cls.__dict__.get("__init__"), "__code__", None)
     if init is None or not init.co_filename.startswith("<attrs generated"):
         return False
     new: object = cls.__new__
-    if new is not object.__new__:
-        return False
+    setattr_: object = cls.__setattr__
+    if new is not object.__new__ or type(cls).__call__ is not type.__call__:
+        return False  # the class or its metaclass builds instances its own way
+    if setattr_ is not object.__setattr__ and setattr_ is not _FROZEN_SETATTR:
+        return False  # a __setattr__ of its own would be skipped
     slots = cls.__dict__.get("__slots__")
     if slots is None or set(slots) - {"__weakref__"} != {f.name for f in fields}:
         return False
