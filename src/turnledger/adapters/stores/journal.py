@@ -41,21 +41,19 @@ import os
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import attrs
 import structlog
 import trio
 
 from ..._errors import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFull, StoreUnavailable
-from ...events import EventDecoder, StoredEvent
+from ...events import StoredEvent
 from ._json import check_envelope, dumps_payload, fast_loads, has_float, loads_payload
-from .memory import check_batch, decode_held, fold_held
+from .memory import HeldEvents, check_batch
 
 __all__ = ["DEFAULT_MAX_BYTES", "JournalStore"]
 
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 #: Default size cap of a journal file (64 MiB).
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
@@ -321,7 +319,7 @@ def _open_files(path: Path, read_only: bool) -> _Opened:
     return _Opened(fd, lock_fd, size, scan)
 
 
-class JournalStore:
+class JournalStore(HeldEvents):
     """An :class:`~turnledger.events.EventStore` in one JSON-lines file.
 
     Meant for a single process that wants a log people can read with ``jq``,
@@ -484,44 +482,6 @@ class JournalStore:
                 self._broken = f"a failed append could not be cut off ({exc2})"
             raise _map_os_error(exc, f"{self._path}: the append was not written") from exc
         self._size = start + len(data)
-
-    async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
-        """Events of ``session_id`` with ``seq > after``, in order (from memory)."""
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return self._streams.get(session_id, [])[max(after, 0) :]
-
-    async def read_decoded(
-        self, session_id: str, decoder: EventDecoder[_T], after: int = 0
-    ) -> list[_T]:
-        """:meth:`read` through ``decoder.decode``: payloads are held parsed."""
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return decode_held(self._streams, session_id, decoder, after)
-
-    async def read_decoded_many(
-        self,
-        session_ids: Sequence[str],
-        decoder: EventDecoder[_T],
-        fold: Callable[[str, list[_T]], _R],
-    ) -> dict[str, _R]:
-        """``fold`` of each session's :meth:`read_decoded` (from memory)."""
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return fold_held(self._streams, session_ids, decoder, fold)
-
-    async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
-        """The global feed: events with ``position > after`` (positions are line numbers)."""
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        start = max(after, 0)
-        return self._feed[start:] if limit is None else self._feed[start : start + limit]
-
-    async def session_ids(self) -> list[str]:
-        """Every session with at least one event, in order of first event."""
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return list(self._streams)
 
     async def acquire(self, session_id: str) -> None:
         """No-op: the file lock already makes this process the only writer."""

@@ -4,7 +4,7 @@ that do not need history to survive a restart."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import attrs
@@ -14,7 +14,7 @@ from ..._errors import ConcurrencyConflict, StoreError
 from ...events import EventDecoder, PayloadNotJSON, StoredEvent
 from ._json import damage
 
-__all__ = ["MemoryStore", "check_batch", "decode_held", "fold_held"]
+__all__ = ["HeldEvents", "MemoryStore", "check_batch"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -37,38 +37,71 @@ def check_batch(session_id: str, events: Sequence[StoredEvent], expected_version
             raise ValueError(f"event seq {ev.seq} where {i} was expected")
 
 
-def decode_held(
-    streams: Mapping[str, list[StoredEvent]],
-    session_id: str,
-    decoder: EventDecoder[_T],
-    after: int = 0,
-) -> list[_T]:
-    """``read_decoded`` of a store that holds its events parsed, in memory
-    (shared with the journal)."""
-    decode = decoder.decode
-    events = streams.get(session_id, [])[max(after, 0) :]
-    try:
-        return [decode(ev) for ev in events]
-    except PayloadNotJSON:
-        error = damage("", session_id, [(ev.seq, ev) for ev in events], decode)
-        raise error from error.__cause__
+class HeldEvents:
+    """The reads of a store that holds every event in memory, parsed: the
+    memory store, and the journal (which loads its file on open). A
+    subclass fills ``_streams`` (session id -> its events, in order) and
+    ``_feed`` (every event in position order) and says when it is closed."""
+
+    _streams: dict[str, list[StoredEvent]]
+    _feed: list[StoredEvent]
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
+        """Events of ``session_id`` with ``seq > after``, in order."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return self._streams.get(session_id, [])[max(after, 0) :]
+
+    async def read_decoded(
+        self, session_id: str, decoder: EventDecoder[_T], after: int = 0
+    ) -> list[_T]:
+        """:meth:`read` through ``decoder.decode``: payloads are held parsed."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return self._decode(session_id, decoder, after)
+
+    async def read_decoded_many(
+        self,
+        session_ids: Sequence[str],
+        decoder: EventDecoder[_T],
+        fold: Callable[[str, list[_T]], _R],
+    ) -> dict[str, _R]:
+        """``fold`` of each session's :meth:`read_decoded`."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        out: dict[str, _R] = {}
+        for sid in session_ids:
+            if sid not in out:
+                out[sid] = fold(sid, self._decode(sid, decoder, 0))
+        return out
+
+    def _decode(self, session_id: str, decoder: EventDecoder[_T], after: int) -> list[_T]:
+        decode = decoder.decode
+        events = self._streams.get(session_id, [])[max(after, 0) :]
+        try:
+            return [decode(ev) for ev in events]
+        except PayloadNotJSON:
+            error = damage("", session_id, [(ev.seq, ev) for ev in events], decode)
+            raise error from error.__cause__
+
+    async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        """The global feed: events with ``position > after``, in order."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        start = max(after, 0)
+        return self._feed[start:] if limit is None else self._feed[start : start + limit]
+
+    async def session_ids(self) -> list[str]:
+        """Every session with at least one event, in order of first event."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return list(self._streams)
 
 
-def fold_held(
-    streams: Mapping[str, list[StoredEvent]],
-    session_ids: Sequence[str],
-    decoder: EventDecoder[_T],
-    fold: Callable[[str, list[_T]], _R],
-) -> dict[str, _R]:
-    """``read_decoded_many`` of a store that holds its events in memory."""
-    out: dict[str, _R] = {}
-    for sid in session_ids:
-        if sid not in out:
-            out[sid] = fold(sid, decode_held(streams, sid, decoder))
-    return out
-
-
-class MemoryStore:
+class MemoryStore(HeldEvents):
     """Keeps every stream in a dict. Payloads are copied through JSON on the
     way in, so the store behaves like a durable one: what you read back is
     what a JSON store would give, and a payload that is not JSON-able is
@@ -112,39 +145,6 @@ class MemoryStore:
         self._streams.setdefault(session_id, stream).extend(stored)
         self._feed.extend(stored)
         return expected_version + len(events)
-
-    async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return list(self._streams.get(session_id, [])[max(after, 0) :])
-
-    async def read_decoded(
-        self, session_id: str, decoder: EventDecoder[_T], after: int = 0
-    ) -> list[_T]:
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return decode_held(self._streams, session_id, decoder, after)
-
-    async def read_decoded_many(
-        self,
-        session_ids: Sequence[str],
-        decoder: EventDecoder[_T],
-        fold: Callable[[str, list[_T]], _R],
-    ) -> dict[str, _R]:
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return fold_held(self._streams, session_ids, decoder, fold)
-
-    async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        out = self._feed[max(after, 0) :]
-        return out if limit is None else out[:limit]
-
-    async def session_ids(self) -> list[str]:
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return list(self._streams)
 
     async def acquire(self, session_id: str) -> None:
         await trio.lowlevel.checkpoint()
