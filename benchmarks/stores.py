@@ -134,9 +134,7 @@ def dataset(sessions: int, turns: int) -> tuple[list[str], list[list[list[Stored
 async def _store_appends(
     path: Path, sids: list[str], turns: list[list[list[StoredEvent]]], group: bool, sync: str
 ) -> tuple[float, Any]:
-    store = await SQLiteStore.open(
-        path, group_commit=group, synchronous=cast(Synchronous, sync)
-    )
+    store = await SQLiteStore.open(path, group_commit=group, synchronous=cast(Synchronous, sync))
     try:
         for sid in sids:
             await store.append(sid, [session_started(sid)], 0)
@@ -159,16 +157,18 @@ async def _store_appends(
         await store.aclose()
 
 
-def store_appends(path: Path, sids: list[str], turns: list[list[list[StoredEvent]]],
-                  group: bool, sync: str) -> tuple[float, Any]:
+def store_appends(
+    path: Path, sids: list[str], turns: list[list[list[StoredEvent]]], group: bool, sync: str
+) -> tuple[float, Any]:
     return trio.run(_store_appends, path, sids, turns, group, sync)
 
 
 _DUMPS = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
-def bare_appends(path: Path, sids: list[str], turns: list[list[list[StoredEvent]]],
-                 sync: str) -> float:
+def bare_appends(
+    path: Path, sids: list[str], turns: list[list[list[StoredEvent]]], sync: str
+) -> float:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={sync}")
@@ -191,8 +191,7 @@ def bare_appends(path: Path, sids: list[str], turns: list[list[list[StoredEvent]
             conn.executemany(
                 insert,
                 [
-                    (e.session_id, e.seq, e.tag, e.schema_version, _DUMPS(e.payload),
-                     e.recorded_at)
+                    (e.session_id, e.seq, e.tag, e.schema_version, _DUMPS(e.payload), e.recorded_at)
                     for e in turns[n][i]
                 ],
             )
@@ -417,8 +416,10 @@ def main() -> None:
     rounds = args.replay_rounds or (15 if args.big else 9)
     sync = args.synchronous
 
-    print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
-          f"{os.cpu_count()} cpus; tmp dir {os.environ.get('BENCH_DIR') or tempfile.gettempdir()}")
+    print(
+        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
+        f"{os.cpu_count()} cpus; tmp dir {os.environ.get('BENCH_DIR') or tempfile.gettempdir()}"
+    )
     if args.only != "replay":
         appends(args.sessions, turns_per, repeat, sync)
     if args.only != "appends":
@@ -428,9 +429,11 @@ def main() -> None:
 def appends(sessions: int, turns_per: int, repeat: int, sync: Synchronous) -> None:
     sids, turns = dataset(sessions, turns_per)
     n_turns = len(sids) * turns_per
-    print(f"\nappends: {len(sids)} concurrent sessions x {turns_per} turns = {n_turns} turns "
-          f"of 3 events (answers of {len(ANSWER)} chars); WAL, synchronous={sync}; "
-          f"median of {repeat}")
+    print(
+        f"\nappends: {len(sids)} concurrent sessions x {turns_per} turns = {n_turns} turns "
+        f"of 3 events (answers of {len(ANSWER)} chars); WAL, synchronous={sync}; "
+        f"median of {repeat}"
+    )
     with tempfile.TemporaryDirectory() as d:
         es_sync = es_synchronous(Path(d) / "probe.db")
 
@@ -463,12 +466,13 @@ def appends(sessions: int, turns_per: int, repeat: int, sync: Synchronous) -> No
     print(f"  eventsourcing / bare  {rate['eventsourcing'] / rate['bare']:6.2f}x")
 
 
-
 def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: int) -> None:
     rsids = [f"session-{n:05d}" for n in range(replay_sessions)]
     n_events = replay_sessions * (1 + 3 * replay_turns)
-    print(f"\nreplay: {replay_sessions} sessions x {1 + 3 * replay_turns} events = "
-          f"{n_events} events; {rounds} rounds")
+    print(
+        f"\nreplay: {replay_sessions} sessions x {1 + 3 * replay_turns} events = "
+        f"{n_events} events; {rounds} rounds"
+    )
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "replay.db"
         trio.run(_fill, path, rsids, replay_turns)
@@ -507,15 +511,15 @@ def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: in
 
     def per_round(name: str, k: int) -> float:
         # bare's time / the contender's time in the same round: its speed ratio
-        return statistics.median(
-            b[k] / t[k] for b, t in zip(runs["bare"], runs[name], strict=True)
-        )
+        return statistics.median(b[k] / t[k] for b, t in zip(runs["bare"], runs[name], strict=True))
 
     print(f"  {'':14s} {'events/s':>10s} {'µs/event':>9s} {'CPU µs/event':>13s}")
     for name in contenders:
         wall, cpu = median(name, 0), median(name, 1)
-        print(f"  {name:14s} {n_events / wall:10,.0f} {wall * 1e6 / n_events:9.2f}"
-              f" {cpu * 1e6 / n_events:13.2f}")
+        print(
+            f"  {name:14s} {n_events / wall:10,.0f} {wall * 1e6 / n_events:9.2f}"
+            f" {cpu * 1e6 / n_events:13.2f}"
+        )
     print("  speed against bare    wall: of medians, per round   CPU: per round")
     for name in contenders:
         if name == "bare":
@@ -524,8 +528,10 @@ def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: in
             "typed bulk": "   (goal >= 1x: replay into typed events)",
             "typed": "   (one reader-thread trip per session)",
         }.get(name, "")
-        print(f"  {name + ' / bare':21s} {median('bare', 0) / median(name, 0):6.2f}x"
-              f" {per_round(name, 0):6.2f}x          {per_round(name, 1):6.2f}x{goal}")
+        print(
+            f"  {name + ' / bare':21s} {median('bare', 0) / median(name, 0):6.2f}x"
+            f" {per_round(name, 0):6.2f}x          {per_round(name, 1):6.2f}x{goal}"
+        )
 
 
 if __name__ == "__main__":

@@ -70,7 +70,12 @@ async def test_three_turns_commit_the_same_way_over_both_protocols(
         assert len(exchange.body) == ev.request_bytes
     last = server.exchanges[-1].json()["messages"]
     assert [m["content"] for m in last] == [
-        "be brief", QUESTIONS[0], ANSWERS[0], QUESTIONS[1], ANSWERS[1], QUESTIONS[2]
+        "be brief",
+        QUESTIONS[0],
+        ANSWERS[0],
+        QUESTIONS[1],
+        ANSWERS[1],
+        QUESTIONS[2],
     ]
 
 
@@ -127,9 +132,7 @@ async def test_secrets_and_error_bodies_reach_no_log_event_or_result() -> None:
     assert server.exchanges[0].header("authorization") == f"Bearer {SECRET_KEY}"
     reasons = [r.reason for r in results if isinstance(r, DiscardedResult)]
     assert reasons == ["http_status", "http_status", "provider_error", "protocol", "malformed"]
-    stored = json.dumps(
-        [[e.tag, e.payload] for e in await store.read_all()], ensure_ascii=False
-    )
+    stored = json.dumps([[e.tag, e.payload] for e in await store.read_all()], ensure_ascii=False)
     everything = "\n".join([repr(logs), stored, repr(results)])
     for secret in (SECRET_KEY, "SENTINEL-BODY", "/home/deploy"):
         assert secret not in everything

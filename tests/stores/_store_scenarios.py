@@ -46,7 +46,7 @@ def conversation(
     feed(Start(system=f"system of {session_id}: 你好 \x00", model="m-1", policy=policy))
     for i in range(turns):
         rid = RequestId(f"{session_id}/r{i}")
-        feed(Submit(rid, f"question {i} 🌱 \"quoted\"\n"))
+        feed(Submit(rid, f'question {i} 🌱 "quoted"\n'))
         feed(ResponseStarted(rid))
         kind = i % 4
         if kind == 0:

@@ -58,8 +58,14 @@ async def test_lines_are_plain_json_with_a_verifiable_checksum(tmp_path: Path) -
     path = tmp_path / "events.jsonl"
     store = await JournalStore.open(path)
     try:
-        await store.append("s-1", [DEFAULT_CODEC.encode(e, session_id="s-1", seq=i,
-                                   recorded_at=1.7e9) for i, e in enumerate(sample_events(), 1)], 0)
+        await store.append(
+            "s-1",
+            [
+                DEFAULT_CODEC.encode(e, session_id="s-1", seq=i, recorded_at=1.7e9)
+                for i, e in enumerate(sample_events(), 1)
+            ],
+            0,
+        )
     finally:
         await store.aclose()
     lines = _lines(path)
@@ -101,8 +107,10 @@ _DEEP = b"[" * 5000 + b"]" * 5000  # deeper than the interpreter's stack
 @pytest.mark.parametrize(
     "damage",
     [
-        pytest.param(lambda b: b.replace(b'"tag":"stream_started"', b'"tag":"stream_startee"', 1),
-                     id="bad-checksum"),
+        pytest.param(
+            lambda b: b.replace(b'"tag":"stream_started"', b'"tag":"stream_startee"', 1),
+            id="bad-checksum",
+        ),
         pytest.param(lambda b: b[:10] + b"}" + b[11:], id="bad-json"),
         pytest.param(lambda b: b"", id="deleted-line"),
         # Valid checksums over bytes that are not UTF-8 JSON text, although
@@ -172,7 +180,12 @@ async def test_torn_tail_is_cut_with_a_warning(
         store = await JournalStore.open(path)
     try:
         assert [(e.session_id, e.seq) for e in await store.read_all()] == [
-            ("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("b", 3),
+            ("a", 1),
+            ("a", 2),
+            ("a", 3),
+            ("b", 1),
+            ("b", 2),
+            ("b", 3),
         ]
         assert path.read_bytes() == intact
         [warning] = [entry for entry in logs if entry["log_level"] == "warning"]
@@ -237,7 +250,11 @@ def _run_python(code: str, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, "-c", code, *args],
-        capture_output=True, text=True, timeout=60, env=env, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=True,
     )
     return done.stdout.strip()
 
@@ -313,8 +330,15 @@ async def test_a_first_append_torn_by_a_crash_is_still_cut(tmp_path: Path) -> No
 async def test_zeros_left_by_a_crash_after_good_records_are_cut(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
     store = await JournalStore.open(path)
-    await store.append("s", [DEFAULT_CODEC.encode(StreamStarted(RequestId("r")), session_id="s",
-                                                  seq=1, recorded_at=1.7e9)], 0)
+    await store.append(
+        "s",
+        [
+            DEFAULT_CODEC.encode(
+                StreamStarted(RequestId("r")), session_id="s", seq=1, recorded_at=1.7e9
+            )
+        ],
+        0,
+    )
     await store.aclose()
     good = path.read_bytes()
     path.write_bytes(good + b"\x00" * 100)

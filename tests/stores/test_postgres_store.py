@@ -212,7 +212,10 @@ def _spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen(
         [sys.executable, "-c", code, *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        bufsize=0,
     )
 
 

@@ -80,9 +80,7 @@ async def test_group_commit_many_concurrent_appenders(store: SQLiteStore) -> Non
 
     async def session(sid: str) -> None:
         for r in range(rounds):
-            versions.setdefault(sid, []).append(
-                await store.append(sid, _events(sid, 3 * r), 3 * r)
-            )
+            versions.setdefault(sid, []).append(await store.append(sid, _events(sid, 3 * r), 3 * r))
 
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
@@ -368,7 +366,7 @@ async def test_read_decoded_many_reads_one_snapshot(tmp_path: Path) -> None:
                         other.execute(
                             "INSERT INTO events (session_id, seq, tag, schema_version, payload,"
                             " recorded_at) VALUES ('b', 4, 'stream_started', 1,"
-                            " '{\"request_id\":\"b/4\"}', 0)"
+                            ' \'{"request_id":"b/4"}\', 0)'
                         )
                 return [row[0] for row in rows]
 

@@ -35,8 +35,8 @@ from ._events import (
     TurnSubmitted,
     Window,
 )
-from ._json import fast_loads as _fast_loads
-from ._json import loads_exact
+from ._exact_json import fast_loads as _fast_loads
+from ._exact_json import loads_exact
 from ._store import PayloadNotJSON
 
 __all__ = [
@@ -406,7 +406,7 @@ class EventCodec:
             UnknownEventTag, CodecError: as :meth:`decode`.
         """
         entry = self._current.get(tag)
-        if entry is not None and _fast_loads is not None and entry[0] == schema_version:
+        if entry is not None and entry[0] == schema_version:
             try:
                 event: Event = entry[1](_fast_loads(text))
                 return event

@@ -319,8 +319,7 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
         limit = budget.max_request_bytes
         if limit is not None and p.mandatory_bytes > limit:
             detail = (
-                f"system prompt and question need {p.mandatory_bytes} bytes; "
-                f"the budget is {limit}"
+                f"system prompt and question need {p.mandatory_bytes} bytes; the budget is {limit}"
             )
         else:
             detail = (

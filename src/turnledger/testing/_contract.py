@@ -47,6 +47,7 @@ from ._samples import sample_events
 
 __all__ = ["EventStoreContract"]
 
+
 def _batch(
     session_id: str, events: list[Event], after: int, t0: float = 1.7e9
 ) -> list[StoredEvent]:

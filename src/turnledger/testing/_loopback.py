@@ -744,9 +744,7 @@ def _simple_response(status: int, body: bytes) -> bytes:
     return _head(reply) + body
 
 
-async def _send_all(
-    stream: trio.SocketStream, data: bytes, size: int | None, pause: float
-) -> None:
+async def _send_all(stream: trio.SocketStream, data: bytes, size: int | None, pause: float) -> None:
     if size is None:
         await stream.send_all(data)
         return

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._json import loads_strict
 from ._limits import StreamLimits
 from ._ndjson import NDJSONDecoder
 from ._ollama_chunks import OllamaLineValidator, OllamaResponseDecoder, OllamaStreamDecoder
@@ -29,6 +28,7 @@ from ._openai_chunks import (
 from ._retry import RetryPolicy, parse_retry_after
 from ._sse import ServerSentEvent, SSEDecoder
 from ._stream import ResponseDecoder
+from ._strict_json import loads_strict
 from ._utf8 import Utf8Decoder
 
 if TYPE_CHECKING:

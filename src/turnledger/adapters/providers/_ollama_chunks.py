@@ -26,7 +26,6 @@ from __future__ import annotations
 from ..._errors import LimitExceeded
 from ...events import Usage
 from ...sessions._ports import Completion
-from ._json import loads_strict
 from ._limits import StreamLimits
 from ._ndjson import NDJSONDecoder
 from ._stream import (
@@ -39,6 +38,7 @@ from ._stream import (
     provider_error,
     usage_from,
 )
+from ._strict_json import loads_strict
 
 __all__ = ["OllamaLineValidator", "OllamaResponseDecoder", "OllamaStreamDecoder"]
 

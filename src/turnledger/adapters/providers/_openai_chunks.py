@@ -53,7 +53,6 @@ from typing import Any
 from ..._errors import LimitExceeded, ProviderError
 from ...events import Usage
 from ...sessions._ports import Completion
-from ._json import loads_strict
 from ._limits import StreamLimits
 from ._sse import ServerSentEvent, SSEDecoder
 from ._stream import (
@@ -66,6 +65,7 @@ from ._stream import (
     provider_error,
     usage_from,
 )
+from ._strict_json import loads_strict
 
 __all__ = [
     "OpenAIChunkValidator",

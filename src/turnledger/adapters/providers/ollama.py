@@ -19,6 +19,7 @@ __all__ = ["DEFAULT_OLLAMA_TIMEOUT", "OllamaChat"]
 #: before the first byte; hence a longer read timeout than for hosted APIs.
 DEFAULT_OLLAMA_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=30.0, pool=10.0)
 
+
 def _base_url(value: str | None) -> str:
     base = value or os.environ.get("OLLAMA_HOST") or "http://127.0.0.1:11434"
     if "://" not in base:

@@ -25,6 +25,7 @@ __all__ = ["DEFAULT_TIMEOUT", "OpenAIChat"]
 #: deadline of a turn belongs to the session.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=60.0, write=30.0, pool=10.0)
 
+
 def request_fields(
     *,
     temperature: float | None,

@@ -49,7 +49,7 @@ import trio
 
 from ..._errors import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFull, StoreUnavailable
 from ...events import StoredEvent
-from ._json import check_envelope, dumps_payload, fast_loads, has_float, loads_payload
+from ._payloads import check_envelope, dumps_payload, fast_loads, has_float, loads_payload
 from .memory import HeldEvents, check_batch
 
 __all__ = ["DEFAULT_MAX_BYTES", "JournalStore"]
@@ -106,11 +106,10 @@ def _parse_line(line: bytes) -> tuple[dict[str, Any], int]:
         raise _Damaged("checksum mismatch")
     try:
         obj: Any = None
-        if fast_loads is not None:
-            try:
-                obj = fast_loads(body)
-            except ValueError:
-                obj = None
+        try:
+            obj = fast_loads(body)
+        except ValueError:
+            obj = None
         if type(obj) is not dict or has_float(obj.get("payload")):
             # Strict UTF-8 first: json.loads of bytes would take a BOM, UTF-16
             # or encoded surrogates, which orjson (and the other stores) refuse.
@@ -327,8 +326,9 @@ class JournalStore(HeldEvents):
     the size cap also bounds memory; SQLite is the store for large logs.
     """
 
-    def __init__(self, path: Path, opened: _Opened, max_bytes: int | None, fsync: bool,
-                 read_only: bool) -> None:
+    def __init__(
+        self, path: Path, opened: _Opened, max_bytes: int | None, fsync: bool, read_only: bool
+    ) -> None:
         # Private: use ``await JournalStore.open(path)``.
         self._path = path
         self._fd: int | None = opened.fd
@@ -458,8 +458,13 @@ class JournalStore(HeldEvents):
             ):
                 self._index(
                     StoredEvent(
-                        session_id, ev.seq, ev.tag, ev.schema_version, payload,
-                        float(ev.recorded_at), pos,
+                        session_id,
+                        ev.seq,
+                        ev.tag,
+                        ev.schema_version,
+                        payload,
+                        float(ev.recorded_at),
+                        pos,
                     )
                 )
             return end

@@ -12,7 +12,7 @@ import trio
 
 from ..._errors import ConcurrencyConflict, StoreError
 from ...events import EventDecoder, PayloadNotJSON, StoredEvent
-from ._json import damage
+from ._payloads import damage
 
 __all__ = ["HeldEvents", "MemoryStore", "check_batch"]
 

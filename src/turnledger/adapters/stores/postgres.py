@@ -50,7 +50,7 @@ from ..._errors import (
     StoreUnavailable,
 )
 from ...events import EventDecoder, StoredEvent
-from ._json import check_envelope, decode_rows, dumps_payload, loads_payload
+from ._payloads import check_envelope, decode_rows, dumps_payload, loads_payload
 from .memory import check_batch
 
 if TYPE_CHECKING:
@@ -161,9 +161,7 @@ class PostgresStore:
             " convert_to(coalesce(payload_text, payload::text), 'UTF8') FROM {}"
             " WHERE session_id = %s AND seq > %s ORDER BY seq"
         ).format(t)
-        self._q_read_all = sql.SQL("{} WHERE position > %s ORDER BY position LIMIT %s").format(
-            cols
-        )
+        self._q_read_all = sql.SQL("{} WHERE position > %s ORDER BY position LIMIT %s").format(cols)
         self._q_sessions = sql.SQL(
             "SELECT session_id FROM {} WHERE seq = 1 ORDER BY position"
         ).format(t)
@@ -217,8 +215,7 @@ class PostgresStore:
             from psycopg_pool import ConnectionPool
         except ImportError as exc:
             raise StoreUnavailable(
-                "PostgresStore needs psycopg 3 and psycopg_pool: "
-                "pip install 'turnledger[postgres]'"
+                "PostgresStore needs psycopg 3 and psycopg_pool: pip install 'turnledger[postgres]'"
             ) from exc
         try:
             # One direct attempt first: it fails fast, with the server's reason.
@@ -307,9 +304,7 @@ class PostgresStore:
         for ev in events:
             jsonb, exact = _payload_columns(ev.payload)
             recorded_at = check_envelope(ev)
-            rows.append(
-                (session_id, ev.seq, ev.tag, ev.schema_version, jsonb, exact, recorded_at)
-            )
+            rows.append((session_id, ev.seq, ev.tag, ev.schema_version, jsonb, exact, recorded_at))
         return await self._run(self._append_sync, session_id, expected_version, rows)
 
     def _append_sync(self, session_id: str, expected: int, rows: list[tuple[Any, ...]]) -> int:
@@ -353,18 +348,14 @@ class PostgresStore:
 
     def _read_events(self, query: sql.Composable, args: tuple[Any, ...]) -> list[StoredEvent]:
         out = []
-        for position, session_id, seq, tag, version, text, recorded_at in self._select(
-            query, args
-        ):
+        for position, session_id, seq, tag, version, text, recorded_at in self._select(query, args):
             try:
                 payload = loads_payload(text)
             except ValueError as exc:  # payload_text is not checked by the server
                 raise StoreCorrupted(f"the payload at position {position} is not JSON") from exc
             if type(payload) is not dict:
                 raise StoreCorrupted(f"the payload at position {position} is not a JSON object")
-            out.append(
-                StoredEvent(session_id, seq, tag, version, payload, recorded_at, position)
-            )
+            out.append(StoredEvent(session_id, seq, tag, version, payload, recorded_at, position))
         return out
 
     async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:

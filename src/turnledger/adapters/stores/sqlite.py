@@ -61,7 +61,7 @@ from ..._errors import (
     StoreUnavailable,
 )
 from ...events import EventDecoder, StoredEvent
-from ._json import check_envelope, decode_rows, dumps_payload, loads_payload
+from ._payloads import check_envelope, decode_rows, dumps_payload, loads_payload
 from .memory import check_batch
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStats", "SQLiteStore", "Synchronous"]
@@ -132,7 +132,11 @@ def _map_error(exc: sqlite3.Error, where: str) -> StoreError:
     if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
         return StoreCorrupted(msg)
     if primary in (
-        _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CANTOPEN, _SQLITE_IOERR, _SQLITE_PERM,
+        _SQLITE_BUSY,
+        _SQLITE_LOCKED,
+        _SQLITE_CANTOPEN,
+        _SQLITE_IOERR,
+        _SQLITE_PERM,
         _SQLITE_READONLY,
     ) or isinstance(exc, sqlite3.OperationalError):
         return StoreUnavailable(msg)
@@ -314,9 +318,8 @@ class _Writer(_Thread):
                 return out
             req = group[0]
             failure: StoreError
-            if (
-                getattr(exc, "sqlite_errorcode", None) == _SQLITE_CONSTRAINT_UNIQUE
-                and isinstance(exc, sqlite3.IntegrityError)
+            if getattr(exc, "sqlite_errorcode", None) == _SQLITE_CONSTRAINT_UNIQUE and isinstance(
+                exc, sqlite3.IntegrityError
             ):
                 failure = ConcurrencyConflict(req.session_id, req.expected, None)
             elif isinstance(exc, sqlite3.Error):
@@ -356,9 +359,7 @@ class _Reader(_Thread):
 
 def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
     # isolation_level=None: the store issues BEGIN/COMMIT itself.
-    conn = sqlite3.connect(
-        path, timeout=busy_timeout, isolation_level=None, check_same_thread=True
-    )
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=True)
     try:
         (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
         if str(mode).lower() != "wal":
@@ -646,8 +647,7 @@ class SQLiteStore:
         """Events of ``session_id`` with ``seq > after``, in order."""
         return await self._read(
             f"cannot read {session_id!r}",
-            f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq > ?"
-            " ORDER BY seq",
+            f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq > ? ORDER BY seq",
             (session_id, after),
             _rows_to_events,
         )
@@ -696,9 +696,7 @@ class SQLiteStore:
 
         return await self._read_on_thread(f"cannot read {len(ids)} sessions", run)
 
-    async def _read_on_thread(
-        self, where: str, fn: Callable[[Path, sqlite3.Connection], _T]
-    ) -> _T:
+    async def _read_on_thread(self, where: str, fn: Callable[[Path, sqlite3.Connection], _T]) -> _T:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         path = self._path

@@ -1,7 +1,7 @@
 """Exact JSON parsing for stored payloads (pure: no I/O library).
 
 :func:`loads_exact` has the exact semantics of :func:`json.loads` and is
-faster when orjson is installed. orjson differs from the standard library in
+faster, through orjson. orjson differs from the standard library in
 two ways: it turns an integer beyond 64 bits into a float, and it refuses the
 escape of a lone surrogate. So a result that holds any float, or that orjson
 refuses, is parsed again by the standard library. Event payloads never hold
@@ -14,12 +14,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-try:
-    import orjson
-except ImportError:  # pragma: no cover - orjson is a dependency; stay usable without it
-    fast_loads: Callable[[str | bytes], Any] | None = None
-else:
-    fast_loads = orjson.loads
+import orjson
+
+fast_loads: Callable[[str | bytes], Any] = orjson.loads
 
 __all__ = ["fast_loads", "has_float", "loads_exact"]
 
@@ -52,14 +49,13 @@ def loads_exact(text: str | bytes) -> Any:
             UTF-32 (``UnicodeDecodeError``).
     """
     try:
-        if fast_loads is not None:
-            try:
-                value = fast_loads(text)
-            except ValueError:
-                pass
-            else:
-                if not has_float(value):
-                    return value
+        try:
+            value = fast_loads(text)
+        except ValueError:
+            pass
+        else:
+            if not has_float(value):
+                return value
         return json.loads(text)
     except RecursionError:  # nested deeper than the interpreter's stack
         raise ValueError("JSON nested too deeply") from None

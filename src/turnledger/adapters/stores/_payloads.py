@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from ..._errors import StoreCorrupted, StoreError
 from ...events import EventDecoder, PayloadNotJSON, StoredEvent
-from ...events._json import fast_loads, has_float, loads_exact
+from ...events._exact_json import fast_loads, has_float, loads_exact
 
 __all__ = [
     "check_envelope",
@@ -85,7 +85,9 @@ def decode_rows(
         return decoder.decode_rows(session_id, rows)
     except PayloadNotJSON:
         error = damage(
-            where, session_id, [(row[0], row) for row in rows],
+            where,
+            session_id,
+            [(row[0], row) for row in rows],
             lambda row: decoder.decode_rows(session_id, [row]),
         )
         raise error from error.__cause__
