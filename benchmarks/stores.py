@@ -2,6 +2,7 @@
 
     python benchmarks/stores.py [--big] [--only appends|replay] [--sessions N]
         [--turns N] [--repeat N] [--replay-sessions N] [--replay-batch N]
+        [--structurers]
 
 Appends. A *turn* is one append of 3 events (TurnSubmitted, StreamStarted,
 TurnCommitted; a 100-character question and a 600-character answer, mixed
@@ -52,6 +53,11 @@ events), except the two that fold into the state machine's real state.
                   pay for the typing; this row shows what typing costs)
 - ``eventsourcing``  ``select_events`` + ``json.loads`` + the same dict fold
 
+With ``--structurers``, ``typed bulk`` and ``codec alone`` also run with
+codecs that build events another way (``bulk [x]``, ``alone [x]``; see
+``structurer_codecs``), and a last table gives the default codec's speed
+against each.
+
 Figures are medians over ``--repeat`` runs; ratios are taken between medians
 of the same run. Replay runs are short and this kind of machine drifts, so
 the replay contenders take turns (one run of each per round, in a shuffled
@@ -87,6 +93,7 @@ from turnledger.adapters.stores.sqlite import Synchronous
 from turnledger.events import (
     DEFAULT_CODEC,
     Event,
+    EventCodec,
     Ledger,
     RequestId,
     SessionStarted,
@@ -314,7 +321,9 @@ def typed_replay(path: Path, sids: list[str], fold: bool) -> Times:
     return trio.run(_typed_replay, path, sids, fold)
 
 
-async def _bulk_replay(path: Path, sids: list[str], batch: int, fold: bool) -> Times:
+async def _bulk_replay(
+    path: Path, sids: list[str], batch: int, fold: bool, codec: EventCodec = DEFAULT_CODEC
+) -> Times:
     store = await SQLiteStore.open(path)
     try:
         t0 = _now()
@@ -322,7 +331,7 @@ async def _bulk_replay(path: Path, sids: list[str], batch: int, fold: bool) -> T
             if fold:
                 await replay_sessions(store, sids[i : i + batch])
             else:
-                await store.read_decoded_many(sids[i : i + batch], DEFAULT_CODEC, pairs_fold)
+                await store.read_decoded_many(sids[i : i + batch], codec, pairs_fold)
         return _since(t0)
     finally:
         await store.aclose()
@@ -340,13 +349,13 @@ async def _envelope_replay(path: Path, sids: list[str]) -> Times:
         await store.aclose()
 
 
-def direct_replay(path: Path, sids: list[str]) -> Times:
+def direct_replay(path: Path, sids: list[str], codec: EventCodec = DEFAULT_CODEC) -> Times:
     # The typing alone, without the store: the same SELECT on this thread,
     # orjson, then the codec's typed decode of each payload; no envelope, no
     # thread hop. Shows what the store's envelope and hop cost on top.
 
     conn = sqlite3.connect(path)
-    from_payload = DEFAULT_CODEC.from_payload
+    from_payload = codec.from_payload
     loads = orjson.loads
     t0 = _now()
     for sid in sids:
@@ -358,6 +367,97 @@ def direct_replay(path: Path, sids: list[str]) -> Times:
     elapsed = _since(t0)
     conn.close()
     return elapsed
+
+
+def structurer_codecs() -> dict[str, EventCodec]:
+    """Codecs that differ from DEFAULT_CODEC only in their current-version
+    structurers: the same generated checks building through the constructor
+    (``ctor``), and cattrs' own generated structurers (``cattrs``: the codec's
+    strict hooks on a ``Converter(detailed_validation=False)``; ``cattrs+``:
+    also exact-type hooks, a closure per Optional and Literal instead of
+    cattrs' dispatching ones, and the NewType registered directly)."""
+    from typing import get_args
+    from unittest import mock
+
+    import cattrs
+    from cattrs._compat import is_literal, is_union_type
+
+    from turnledger.events import RequestId
+    from turnledger.events import codec as codec_module
+
+    def table(make: Callable[[type[Any]], Any], tags: Any) -> dict[str, Any]:
+        return {
+            tag: (codec_module.SCHEMA_VERSIONS[tag], make(cls))
+            for cls, tag in codec_module.WIRE_TAGS.items()
+            if tag in tags
+        }
+
+    out = {}
+    ctor = EventCodec()
+    with mock.patch.object(codec_module, "_plain_slots", lambda *a: False):
+        ctor._current = table(codec_module._fast_structurer, DEFAULT_CODEC._current)
+    out["ctor"] = ctor
+
+    def tagged(conv: cattrs.Converter) -> cattrs.Converter:
+        codec_module.configure_tagged_union(
+            codec_module.HistoryPolicy,
+            conv,
+            tag_generator=lambda cls: codec_module._POLICY_TAGS[cls],
+            tag_name="kind",
+        )
+        return conv
+
+    plain = cattrs.Converter(forbid_extra_keys=True, detailed_validation=False)
+    for t in (str, int, bool):
+        plain.register_structure_hook(t, codec_module._strict(t))
+    plain.register_structure_hook(float, codec_module._strict((int, float)))
+    tagged(plain)
+    cat = EventCodec()
+    cat._current = table(plain.get_structure_hook, codec_module.SCHEMA_VERSIONS)
+    out["cattrs"] = cat
+
+    def exact(t: type[Any]) -> Any:
+        def structure(v: Any, _: Any) -> Any:
+            if type(v) is not t:
+                raise TypeError(t)
+            return v
+
+        return structure
+
+    tuned = cattrs.Converter(forbid_extra_keys=True, detailed_validation=False)
+    for t in (str, int, bool):
+        tuned.register_structure_hook(t, exact(t))
+    tuned.register_structure_hook(RequestId, exact(str))
+
+    def optional(tp: Any) -> Any:
+        inner_t = next(a for a in get_args(tp) if a is not type(None))
+        inner = tuned.get_structure_hook(inner_t)
+        return lambda v, _: None if v is None else inner(v, inner_t)
+
+    def literal(tp: Any) -> Any:
+        allowed = frozenset(get_args(tp))
+
+        def structure(v: Any, _: Any) -> Any:
+            if type(v) is not str or v not in allowed:
+                raise ValueError(v)
+            return v
+
+        return structure
+
+    tuned.register_structure_hook_factory(
+        lambda t: is_union_type(t) and len(get_args(t)) == 2 and type(None) in get_args(t),
+        optional,
+    )
+    tuned.register_structure_hook_factory(is_literal, literal)
+    tagged(tuned)
+    cat2 = EventCodec()
+    cat2._current = table(tuned.get_structure_hook, codec_module.SCHEMA_VERSIONS)
+    out["cattrs+"] = cat2
+    for name, c in out.items():  # every variant builds the same events
+        for sid in ("s",):
+            for ev in session_events(sid, 1):
+                assert c.decode(ev) == DEFAULT_CODEC.decode(ev), name
+    return out
 
 
 def bare_replay(path: Path, sids: list[str], loads: Callable[[Any], Any] = json.loads) -> Times:
@@ -406,6 +506,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["appends", "replay"], help="run one half")
     parser.add_argument("--replay-batch", type=int, default=100, help="sessions per bulk read")
     parser.add_argument("--replay-rounds", type=int, help="default 9; --big 15")
+    parser.add_argument("--structurers", action="store_true", help="replay: also other structurers")
     parser.add_argument("--answer-chars", type=int, default=600, help="answer length")
     args = parser.parse_args()
     global ANSWER
@@ -423,7 +524,7 @@ def main() -> None:
     if args.only != "replay":
         appends(args.sessions, turns_per, repeat, sync)
     if args.only != "appends":
-        replays(replay_sessions, args.replay_turns, rounds, args.replay_batch)
+        replays(replay_sessions, args.replay_turns, rounds, args.replay_batch, args.structurers)
 
 
 def appends(sessions: int, turns_per: int, repeat: int, sync: Synchronous) -> None:
@@ -466,7 +567,9 @@ def appends(sessions: int, turns_per: int, repeat: int, sync: Synchronous) -> No
     print(f"  eventsourcing / bare  {rate['eventsourcing'] / rate['bare']:6.2f}x")
 
 
-def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: int) -> None:
+def replays(
+    replay_sessions: int, replay_turns: int, rounds: int, batch_size: int, structurers: bool
+) -> None:
     rsids = [f"session-{n:05d}" for n in range(replay_sessions)]
     n_events = replay_sessions * (1 + 3 * replay_turns)
     print(
@@ -498,6 +601,12 @@ def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: in
             "bare orjson": lambda: bare_replay(path, rsids, orjson.loads),
             "eventsourcing": lambda: es_replay(es_path, rsids),
         }
+        if structurers:
+            for label, codec in structurer_codecs().items():
+                contenders[f"bulk [{label}]"] = lambda c=codec: trio.run(
+                    _bulk_replay, path, rsids, batch_size, False, c
+                )
+                contenders[f"alone [{label}]"] = lambda c=codec: direct_replay(path, rsids, c)
         runs: dict[str, list[Times]] = {k: [] for k in contenders}
         order = list(contenders)
         shuffle = random.Random(2026).shuffle  # the same orders on every run
@@ -509,9 +618,9 @@ def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: in
     def median(name: str, k: int) -> float:
         return statistics.median(r[k] for r in runs[name])
 
-    def per_round(name: str, k: int) -> float:
-        # bare's time / the contender's time in the same round: its speed ratio
-        return statistics.median(b[k] / t[k] for b, t in zip(runs["bare"], runs[name], strict=True))
+    def per_round(name: str, k: int, base: str = "bare") -> float:
+        # base's time / the contender's time in the same round: its speed ratio
+        return statistics.median(b[k] / t[k] for b, t in zip(runs[base], runs[name], strict=True))
 
     print(f"  {'':14s} {'events/s':>10s} {'µs/event':>9s} {'CPU µs/event':>13s}")
     for name in contenders:
@@ -532,6 +641,16 @@ def replays(replay_sessions: int, replay_turns: int, rounds: int, batch_size: in
             f"  {name + ' / bare':21s} {median('bare', 0) / median(name, 0):6.2f}x"
             f" {per_round(name, 0):6.2f}x          {per_round(name, 1):6.2f}x{goal}"
         )
+    if structurers:
+        print("  the slot path's speed against    wall: of medians, per round   CPU: per round")
+        for name in contenders:
+            if "[" not in name:
+                continue
+            base = "typed bulk" if name.startswith("bulk") else "codec alone"
+            print(
+                f"  {base + ' / ' + name:32s} {median(name, 0) / median(base, 0):6.2f}x"
+                f" {per_round(base, 0, name):6.2f}x          {per_round(base, 1, name):6.2f}x"
+            )
 
 
 if __name__ == "__main__":
