@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -102,16 +103,21 @@ async def _stream_turn(out: _Out, turn: TurnHandle, *, stop_after: int | None = 
     return shown
 
 
+_KINDS = {"sqlite": "SQLite", "journal": "journal", "postgres": "PostgreSQL"}
+
+
 async def _run_demo(args: argparse.Namespace) -> int:
     from .adapters.providers import OpenAIChat
+    from .adapters.stores import store_kind
     from .testing._loopback import open_loopback_server
 
     out = _Out(sys.stdout)
-    db = os.path.abspath(args.db)
+    kind = store_kind(args.db)
+    db = args.db if kind == "postgres" else os.path.abspath(args.db)
     session = "demo-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")[:-3]
     store = await _open_store(db)
     out("turnledger demo: a scripted conversation against a loopback server on 127.0.0.1")
-    out(f"  event log: {db} (SQLite), session {session}")
+    out(f"  event log: {display_db(db)} ({_KINDS[kind]}), session {session}")
     try:
         async with open_loopback_server([]) as server:
             out(f"  provider:  OpenAI-compatible SSE at {server.openai_base_url}")
@@ -132,14 +138,14 @@ async def _run_demo(args: argparse.Namespace) -> int:
         await again.aclose()
     state = replay(events)
     match = tuple(state.turns) == demo.live_history
-    out(f"  {len(events)} events in {db}")
+    out(f"  {len(events)} events in {display_db(db)}")
     for i, t in enumerate(state.turns, 1):
         out(f"  [{i}] user: {t.question}")
         out(f"      assistant: {t.answer}")
     verdict = "matches" if match else "DOES NOT match"
     out(f"  replayed history {verdict} the live session ({len(state.turns)} turns)")
     out()
-    out(f"See the whole story:  turnledger log {db} --session {session}")
+    out(f"See the whole story:  turnledger log {shlex.quote(display_db(db))} --session {session}")
     return EXIT_OK if ok and match else EXIT_FAILED
 
 
@@ -327,7 +333,7 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "a committed turn, a trim then a timeout, a cancel mid-stream, an HTTP 429, "
         "a length finish and a late completion; then the log is replayed from disk.",
     )
-    d.add_argument("--db", default="turnledger-demo.db", help="SQLite file (default: %(default)s)")
+    d.add_argument("--db", default="turnledger-demo.db", help="event log (default: %(default)s)")
     d.set_defaults(run=_run_demo)
 
 

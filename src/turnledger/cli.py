@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import trio
 
 from . import __version__
-from ._cli_errors import Exit, display_db
+from ._cli_errors import Exit, display_db, scrub, secrets_of
 from ._errors import CodecError, ReplayError, StoreError, TurnLedgerError
 from ._inspect import phase_name, session_summary, timeline
 from .events import DEFAULT_CODEC, Event, EventStore, StoredEvent
@@ -52,7 +52,7 @@ async def _open(db: str) -> EventStore:
     from .adapters.stores import open_store, store_kind
 
     if store_kind(db) != "postgres" and not os.path.exists(db):
-        raise Exit(EXIT_NOT_FOUND, f"no such file: {db}")
+        raise Exit(EXIT_NOT_FOUND, f"no such file: {display_db(db)}")
     try:
         return await open_store(db, read_only=True)
     except StoreError as exc:
@@ -242,7 +242,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="turnledger",
         description="LLM chat sessions whose history can be trusted.",
-        epilog="DB is a SQLite file, a .jsonl journal, or a postgresql:// DSN.",
+        epilog="DB is a SQLite file, a .jsonl journal, or PostgreSQL: a postgresql:// URL "
+        "or a libpq string such as 'host=127.0.0.1 dbname=app'.",
     )
     p.add_argument("--version", action="version", version=f"turnledger {__version__}")
     _logging_options(p)
@@ -280,23 +281,27 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _exit_code(raised: BaseException) -> int:
+def _exit_code(raised: BaseException, secrets: set[str]) -> int:
     # A lone error from inside a nursery arrives wrapped in a group.
     exc = raised
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+
+    def say(message: str) -> None:
+        print(scrub(f"turnledger: {message}", secrets), file=sys.stderr)
+
     if isinstance(exc, Exit):
         if exc.message:
-            print(f"turnledger: {exc.message}", file=sys.stderr)
+            say(exc.message)
         return exc.code
     if isinstance(exc, StoreError):
-        print(f"turnledger: store error: {exc}", file=sys.stderr)
+        say(f"store error: {exc}")
         return EXIT_STORE
     if isinstance(exc, CodecError | ReplayError):
-        print(f"turnledger: the log is corrupt: {exc}", file=sys.stderr)
+        say(f"the log is corrupt: {exc}")
         return EXIT_STORE
     if isinstance(exc, TurnLedgerError):
-        print(f"turnledger: {exc}", file=sys.stderr)
+        say(str(exc))
         return EXIT_FAILED
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
@@ -312,5 +317,5 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     try:
         code = trio.run(args.run, args)
     except BaseException as raised:
-        code = _exit_code(raised)
+        code = _exit_code(raised, secrets_of(getattr(args, "db", None)))
     sys.exit(code)

@@ -1,7 +1,8 @@
 """Event stores: memory, SQLite, a JSON-lines journal and PostgreSQL.
 
-:func:`open_store` picks one from a string: a ``postgresql://`` URL, a
-``.jsonl`` journal, or else an SQLite file.
+:func:`open_store` picks one from a string: a ``postgresql://`` URL or a
+libpq keyword string (``host=... dbname=...``), a ``.jsonl`` journal, or
+else an SQLite file.
 """
 
 from ._open import open_store, store_kind

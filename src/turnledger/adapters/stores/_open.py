@@ -3,18 +3,42 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from ...events import EventStore
 
 __all__ = ["open_store", "store_kind"]
 
+#: One ``keyword = value`` pair of a libpq connection string: the value is
+#: single-quoted (with backslash escapes) or a run of non-blank characters.
+_PAIR = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)+)\s*")
+
+
+def is_libpq_keywords(text: str) -> bool:
+    """Whether ``text`` reads as a libpq keyword/value connection string
+    (``host=127.0.0.1 dbname=app``): one or more ``keyword=value`` pairs and
+    nothing else. Which keywords are valid is libpq's business: a string of
+    pairs goes to PostgreSQL, which names an unknown one, rather than
+    becoming a file name (a file whose name looks like this is written
+    ``./name=value``)."""
+    pos, pairs = 0, 0
+    while pos < len(text):
+        match = _PAIR.match(text, pos)
+        if match is None:
+            return False
+        pos, pairs = match.end(), pairs + 1
+    return pairs > 0
+
 
 def store_kind(url_or_path: str | os.PathLike[str]) -> str:
-    """``"postgres"`` for a ``postgresql://`` (or ``postgres://``) URL,
-    ``"journal"`` for a path ending in ``.jsonl``, else ``"sqlite"``."""
+    """``"postgres"`` for a ``postgresql://`` (or ``postgres://``) URL or a
+    libpq keyword string (see :func:`is_libpq_keywords`), ``"journal"`` for a
+    path ending in ``.jsonl``, else ``"sqlite"``."""
     text = os.fspath(url_or_path)
     if text.startswith(("postgresql://", "postgres://")):
+        return "postgres"
+    if isinstance(url_or_path, str) and is_libpq_keywords(text):
         return "postgres"
     if text.lower().endswith(".jsonl"):
         return "journal"
