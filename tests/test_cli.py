@@ -384,3 +384,21 @@ def test_no_password_reaches_a_message_whatever_the_dsn_form(tmp_path: Path, db:
         assert "kwSECRET" not in r.stdout + r.stderr, (args, r.stderr)
         assert "cannot open" in r.stderr and "Traceback" not in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_undecodable_input_lines_are_refused_one_by_one(tmp_path: Path) -> None:
+    # A strict UTF-8 locale: a bad line is refused with a message, and every
+    # valid line, before or after it, is submitted.
+    r = subprocess.run(
+        [sys.executable, "-m", "turnledger", "chat", "--db", "x.db"],
+        cwd=tmp_path, input=b"ok1\n\xff\xfe binary\nok2\nnul\x00byte\r\nok3", capture_output=True,
+        timeout=60, env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"},
+    )  # fmt: skip
+    err = r.stderr.decode()
+    assert r.returncode == 1, err  # two lines were not submitted
+    assert "Traceback" not in err
+    assert "[line 2 refused: not UTF-8 (byte 0xff at offset 0)]" in err
+    assert "[line 4 refused: it holds a NUL character]" in err
+    replay = tl("replay", "x.db", "--json", cwd=tmp_path)
+    questions = [t["question"] for t in json.loads(replay.stdout)["turns"]]
+    assert questions == ["ok1", "ok2", "ok3"]

@@ -448,20 +448,69 @@ async def _endpoint(args: argparse.Namespace) -> AsyncIterator[str]:
         yield server.openai_base_url if args.provider == "openai" else server.base_url
 
 
-async def _read_line(prompt: str | None) -> str | None:
+class _Refused(str):
+    """A line of input that is not submitted: the text says why."""
+
+
+def _decode_line(raw: bytes, number: int) -> str:
+    """One line of input as text, or a :class:`_Refused` saying why not
+    (each line stands alone: a bad one spoils neither its neighbours nor the
+    lines read before it)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = raw[exc.start : exc.start + 1].hex()
+        return _Refused(f"line {number} refused: not UTF-8 (byte 0x{bad} at offset {exc.start})")
+    if "\0" in line:
+        return _Refused(f"line {number} refused: it holds a NUL character")
+    return line
+
+
+class _Lines:
+    """Lines of bytes from a file descriptor, read with ``os.read``: no
+    decoding (each line is decoded on its own) and no lock held, so a
+    reading thread abandoned at exit cannot block the interpreter's
+    shutdown the way a buffered ``sys.stdin`` can."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pending = b""
+        self.ended = False
+        self.number = 0
+
+    def readline(self) -> bytes | None:
+        """The next line without its line end, or None at the end."""
+        while b"\n" not in self.pending and not self.ended:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:  # no standard input at all (a closed descriptor)
+                chunk = b""
+            self.ended = not chunk
+            self.pending += chunk
+        if not self.pending:
+            return None
+        line, _, self.pending = self.pending.partition(b"\n")
+        self.number += 1
+        return line.removesuffix(b"\r")
+
+
+async def _read_line(lines: _Lines, prompt: str | None) -> str | None:
+    """The next line of input as text, a :class:`_Refused`, or None at the
+    end of input."""
+
     def read() -> str | None:
         if prompt is not None:
             sys.stderr.write(prompt)
             sys.stderr.flush()
-        line = sys.stdin.readline()
-        return None if line == "" else line.rstrip("\r\n")
+        raw = lines.readline()
+        return None if raw is None else _decode_line(raw, lines.number)
 
     return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
 
 
 async def _run_chat(args: argparse.Namespace) -> int:
     out = _Out(sys.stdout)
-    interactive = sys.stdin.isatty()
+    interactive = sys.stdin is not None and sys.stdin.isatty()
     if args.base_url and not args.model:
         raise Exit(EXIT_USAGE, "--model is required with --base-url")
     model = args.model or "loopback"
@@ -499,10 +548,15 @@ async def _run_chat(args: argparse.Namespace) -> int:
                     turn_deadline=args.timeout,
                 ) as hub:
                     with chat_scope:
+                        lines = _Lines(0)
                         while True:
-                            line = await _read_line("you> " if interactive else None)
+                            line = await _read_line(lines, "you> " if interactive else None)
                             if line is None:
                                 break
+                            if isinstance(line, _Refused):
+                                failures += 1
+                                print(f"[{line}]", file=sys.stderr, flush=True)
+                                continue
                             if not line.strip():
                                 continue
                             turn = await hub.submit(args.session, line)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import io
 import json
 import os
 import sys
@@ -310,6 +311,11 @@ def _exit_code(raised: BaseException, secrets: set[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the ``turnledger`` script."""
+    # Text that cannot be encoded (an answer's lone surrogate, a terminal
+    # that is not UTF-8) is shown escaped rather than ending the command.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     args = _parser().parse_args(argv)
     from .adapters.logging import configure_logging
 
