@@ -277,9 +277,21 @@ def test_ctrl_c_at_the_prompt_exits_cleanly(tmp_path: Path) -> None:
         ["--provider", "ollama", "--param", "options=3"],
         ["--base-url", "http://[::1", "--model", "m"],
         ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--api-key-env", "TL_UNSET_KEY"],
+        ["--session", ""],
+        ["--session", b"s\xff"],  # a non-UTF-8 byte: a lone surrogate in argv
+        ["--system", ""],
+        ["--system", b"be \xffbrief"],
+        ["--base-url", "ftp://127.0.0.1:9/v1", "--model", "m"],
+        ["--base-url", "127.0.0.1:8080", "--model", "m"],
+        ["--base-url", "http://", "--model", "m"],
+        ["--base-url", "http://127.0.0.1:port/v1", "--model", "m"],
+        ["--max-tokens", "0"],
+        ["--max-tokens", "-3"],
     ],
 )
-def test_chat_usage_errors_exit_2_before_touching_anything(tmp_path: Path, args: list[str]) -> None:
+def test_chat_usage_errors_exit_2_before_touching_anything(
+    tmp_path: Path, args: list[str | bytes]
+) -> None:
     env_clean = {k: v for k, v in os.environ.items() if k != "TL_UNSET_KEY"}
     r = subprocess.run(
         [sys.executable, "-m", "turnledger", "chat", "--db", "x.db", *args],
@@ -402,3 +414,112 @@ def test_undecodable_input_lines_are_refused_one_by_one(tmp_path: Path) -> None:
     replay = tl("replay", "x.db", "--json", cwd=tmp_path)
     questions = [t["question"] for t in json.loads(replay.stdout)["turns"]]
     assert questions == ["ok1", "ok2", "ok3"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["replay", "x.db", "--at", "-1"],
+        ["replay", "x.db", "--session", ""],
+        ["log", "x.db", "--session", b"\xfe"],
+        ["log", "x.db", "--request", ""],
+    ],
+)
+def test_read_command_usage_errors_exit_2(tmp_path: Path, args: list[str | bytes]) -> None:
+    tl("chat", "--db", "x.db", cwd=tmp_path, stdin="q\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "turnledger", *args], cwd=tmp_path, capture_output=True, timeout=60
+    )
+    err = r.stderr.decode()
+    assert r.returncode == 2, err
+    assert "usage: turnledger" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("special", ["directory", "/dev/null"])
+def test_a_directory_or_a_device_as_db_is_named_as_such(tmp_path: Path, special: str) -> None:
+    if special == "directory":
+        db, what = str(tmp_path / "folder.db"), "is a directory"
+        os.mkdir(db)
+    else:
+        db, what = special, "is a device"
+    for args in (["chat", "--db", db], ["demo", "--db", db], ["replay", db], ["sessions", db]):
+        r = tl(*args, cwd=tmp_path, stdin="q\n")
+        assert r.returncode == 2, (args, r.stderr)
+        assert what in r.stderr and "disk I/O" not in r.stderr, (args, r.stderr)
+    assert [p.name for p in tmp_path.iterdir()] == (["folder.db"] if special == "directory" else [])
+
+
+_NASTY = "\x1b]0;owned\x07\x1b[2J\r\x9b\u202e"
+
+
+def test_control_characters_are_escaped_by_the_read_commands(tmp_path: Path) -> None:
+    # A session id and a question (echoed in the answer) carrying terminal
+    # controls: ESC, BEL, CR, a C1 CSI, a bidi override.
+    r = tl("chat", "--db", "x.db", "--session", f"s{_NASTY}", cwd=tmp_path, stdin=f"q{_NASTY}\n")
+    assert r.returncode == 0, r.stderr
+    shown = [
+        tl("replay", "x.db", cwd=tmp_path),
+        tl("log", "x.db", cwd=tmp_path),
+        tl("sessions", "x.db", cwd=tmp_path),
+        tl("replay", "x.db", "--json", cwd=tmp_path),
+        tl("log", "x.db", "--json", cwd=tmp_path),
+    ]
+    for out in shown:
+        assert out.returncode == 0, out.stderr
+        assert not any(c in out.stdout for c in "\x1b\x07\r\x9b\u202e"), out.args
+    text = shown[0].stdout + shown[1].stdout + shown[2].stdout
+    assert text.count("s\\x1b]0;owned\\x07\\x1b[2J\\x0d\\x9b\\u202e") == 3  # once each
+    assert "user: q\\x1b]0;owned" in shown[0].stdout
+    # JSON stays exact: the escapes decode to the same text
+    (state,) = [json.loads(line) for line in shown[3].stdout.splitlines()]
+    assert state["session_id"] == f"s{_NASTY}" and state["turns"][0]["question"] == f"q{_NASTY}"
+
+
+def test_chat_escapes_control_characters_on_a_terminal_only(tmp_path: Path) -> None:
+    import pty
+
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import sys\n"
+        "from turnledger.testing import LoopbackServer, chat_responder\n"
+        f"answer = lambda messages: {'two lines:' + _NASTY + chr(10) + 'end'!r}\n"
+        "with LoopbackServer(chat_responder(answer)).start_in_thread() as s:\n"
+        "    print(s.openai_base_url, flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    server = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        base_url = server.stdout.readline().strip()
+        command = [sys.executable, "-m", "turnledger", "chat", "--model", "m", "--base-url",
+                   base_url]  # fmt: skip
+        piped = subprocess.run(
+            [*command, "--db", "p.db"], cwd=tmp_path, input=b"q\n", capture_output=True, timeout=60
+        )
+        main, terminal = pty.openpty()
+        try:
+            chat = subprocess.run(
+                [*command, "--db", "t.db"], cwd=tmp_path, input=b"q\n", stdout=terminal,
+                stderr=subprocess.PIPE, timeout=60, env={**os.environ, "OPENAI_API_KEY": "k"},
+            )  # fmt: skip
+            os.close(terminal)
+            seen = b""
+            while True:
+                try:
+                    chunk = os.read(main, 4096)
+                except OSError:  # the terminal closed
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+        finally:
+            os.close(main)
+    finally:
+        server.communicate("", timeout=30)
+    assert chat.returncode == 0, chat.stderr
+    on_terminal = seen.decode().replace("\r\n", "\n")  # the terminal's own line ends
+    assert on_terminal == "two lines:\\x1b]0;owned\\x07\\x1b[2J\\x0d\\x9b\\u202e\nend\n"
+    # through a pipe the answer is the text itself
+    assert piped.stdout.decode() == f"two lines:{_NASTY}\nend\n"

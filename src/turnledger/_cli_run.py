@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import httpx
 import trio
 
-from ._cli_errors import Exit, display_db
+from ._cli_errors import Exit, at_least, check_db_path, display_db, http_url, text_arg, visible
 from ._errors import StoreError
 from .events import DEFAULT_CODEC, EventStore, TurnSubmitted
 from .sessions import (
@@ -44,8 +44,13 @@ class _Out:
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
+        # A terminal acts on control characters: show them as escapes
+        # there; a pipe or a file gets the text exactly as it was written.
+        self.terminal = stream.isatty()
 
     def __call__(self, text: str = "", end: str = "\n") -> None:
+        if self.terminal:
+            text = visible(text, lines=True)
         self.stream.write(text + end)
         self.stream.flush()
 
@@ -60,8 +65,9 @@ def _describe(result: TurnResult) -> str:
 
 
 async def _open_store(db: str) -> EventStore:
-    from .adapters.stores import open_store
+    from .adapters.stores import open_store, store_kind
 
+    check_db_path(db, store_kind(db))
     try:
         return await open_store(db)
     except StoreError as exc:
@@ -373,22 +379,29 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "or the end of input exits. Exit code 1 if any turn did not commit.",
     )
     c.add_argument("--provider", choices=["openai", "ollama"], default="openai")
-    c.add_argument("--base-url", help="e.g. http://127.0.0.1:8080/v1 (OpenAI) or "
+    c.add_argument("--base-url", type=http_url, help="e.g. http://127.0.0.1:8080/v1 (OpenAI) or "
                    "http://127.0.0.1:11434 (Ollama)")  # fmt: skip
-    c.add_argument("--model", default=None, help="model name (default: loopback)")
+    c.add_argument("--model", type=text_arg, default=None, help="model name (default: loopback)")
     c.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="environment variable holding the API key "
                    "(default: OPENAI_API_KEY / OLLAMA_API_KEY)")  # fmt: skip
     c.add_argument("--db", default="turnledger-chat.db", help="event log (default: %(default)s)")
-    c.add_argument("--session", default="chat", help="session id (default: %(default)s)")
-    c.add_argument("--system", default=None, help="system prompt (fixed when the session starts)")
+    c.add_argument(
+        "--session", type=text_arg, default="chat", help="session id (default: %(default)s)"
+    )
+    c.add_argument(
+        "--system",
+        type=text_arg,
+        default=None,
+        help="system prompt (fixed when the session starts)",
+    )
     c.add_argument("--max-request-bytes", type=_positive(int), default=None, metavar="N",
                    help="cap on the request body, in bytes")  # fmt: skip
     c.add_argument("--max-prompt-tokens", type=_positive(int), default=None, metavar="N",
                    help="cap on the estimated prompt tokens (~4 characters a token)")  # fmt: skip
     c.add_argument("--timeout", type=_positive(float), default=120.0, metavar="SECONDS",
                    help="overall deadline per turn (default: %(default)s)")  # fmt: skip
-    c.add_argument("--max-tokens", type=int, default=None)
+    c.add_argument("--max-tokens", type=at_least(1), default=None, metavar="N")
     c.add_argument("--temperature", type=float, default=None)
     c.add_argument("--stop", action="append", default=None, help="stop sequence (repeatable)")
     c.add_argument("--param", action="append", type=_param, default=[], metavar="KEY=JSON",
@@ -568,7 +581,8 @@ async def _run_chat(args: argparse.Namespace) -> int:
                             out()
                             if not isinstance(result, CommittedResult):
                                 failures += 1
-                                print(f"[{_describe(result)}]", file=sys.stderr, flush=True)
+                                message = visible(_describe(result))
+                                print(f"[{message}]", file=sys.stderr, flush=True)
                 nursery.cancel_scope.cancel()
         finally:
             await store.aclose()

@@ -26,7 +26,17 @@ from typing import Any, NoReturn
 import trio
 
 from . import __version__
-from ._cli_errors import Exit, display_db, scrub, secrets_of
+from ._cli_errors import (
+    Exit,
+    at_least,
+    check_db_path,
+    display_db,
+    scrub,
+    secrets_of,
+    text_arg,
+    visible,
+    visible_json,
+)
 from ._errors import CodecError, ReplayError, StoreError, TurnLedgerError
 from ._inspect import phase_name, session_summary, timeline
 from .events import DEFAULT_CODEC, Event, EventStore, StoredEvent
@@ -52,6 +62,7 @@ async def _open(db: str) -> EventStore:
     writing to it)."""
     from .adapters.stores import open_store, store_kind
 
+    check_db_path(db, store_kind(db))
     if store_kind(db) != "postgres" and not os.path.exists(db):
         raise Exit(EXIT_NOT_FOUND, f"no such file: {display_db(db)}")
     try:
@@ -74,7 +85,7 @@ async def _load(store: EventStore, session: str | None) -> dict[str, list[Stored
 
 
 def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, ensure_ascii=False))
+    print(visible_json(json.dumps(obj, ensure_ascii=False)))
 
 
 # --- replay / log / sessions ------------------------------------------------
@@ -156,10 +167,12 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
             continue
         where = f" at seq {state.version}" if at is not None else ""
         phase = phase_name(state)
-        print(f"session {sid}{where}: {len(turns)} turns, {phase}, version {state.version}")
+        print(
+            f"session {visible(sid)}{where}: {len(turns)} turns, {phase}, version {state.version}"
+        )
         for i, t in enumerate(turns, 1):
-            print(f"  [{i}] user: {t['question']}")
-            print(f"      assistant: {t['answer']}")
+            print(f"  [{i}] user: {visible(t['question'], lines=True)}")
+            print(f"      assistant: {visible(t['answer'], lines=True)}")
     return EXIT_OK
 
 
@@ -177,7 +190,7 @@ async def _cmd_log(args: argparse.Namespace) -> int:
         if not rows:
             continue
         if not args.json:
-            print(f"session {sid}")
+            print(f"session {visible(sid)}")
             print(f"  {'seq':>4}  {'time':<24} {'request':<13} {'event':<19} {'phase':<22} reason")
         for r in rows:
             shown += 1
@@ -188,11 +201,11 @@ async def _cmd_log(args: argparse.Namespace) -> int:
             reason = f"{r.reason} ({r.detail})" if r.reason and r.detail else r.reason or r.detail
             if r.late_by is not None:
                 reason += f" — {r.late_by:.3f}s after the turn ended"
-            rid = r.request_id or "-"
+            rid = visible(r.request_id or "-")
             rid = rid if len(rid) <= 12 else rid[:11] + "…"
             print(
                 f"  {r.seq:>4}  {_fmt_time(r.recorded_at):<24} {rid:<13} {r.event:<19} "
-                f"{phase:<22} {reason}".rstrip()
+                f"{phase:<22} {visible(reason)}".rstrip()
             )
     if shown == 0:
         raise Exit(EXIT_NOT_FOUND, f"no events for request {args.request!r}")
@@ -213,8 +226,8 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
             _print_json(summary)
         else:
             print(
-                f"{sid:<24} {summary['turns']:>5} {summary['events']:>6}  "
-                f"{summary['phase']:<10} {summary['last_outcome'] or '-'}"
+                f"{visible(sid):<24} {summary['turns']:>5} {summary['events']:>6}  "
+                f"{summary['phase']:<10} {visible(summary['last_outcome'] or '-')}"
             )
     return EXIT_OK
 
@@ -261,15 +274,16 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("replay", help="rebuild history from a log", parents=[common])
     r.add_argument("db", metavar="DB")
-    r.add_argument("--session", "-s", help="only this session")
-    r.add_argument("--at", type=int, metavar="SEQ", help="as it stood after event SEQ")
+    r.add_argument("--session", "-s", type=text_arg, help="only this session")
+    r.add_argument("--at", type=at_least(0), metavar="SEQ", help="as it stood after event SEQ")
     r.add_argument("--json", action="store_true", help="one JSON object per session")
     r.set_defaults(run=_cmd_replay)
 
     lg = sub.add_parser("log", help="the event timeline of a log", parents=[common])
     lg.add_argument("db", metavar="DB")
-    lg.add_argument("--session", "-s", help="only this session")
-    lg.add_argument("--request", "-r", help="only this request id (or a prefix of it)")
+    lg.add_argument("--session", "-s", type=text_arg, help="only this session")
+    lg.add_argument("--request", "-r", type=text_arg,
+                    help="only this request id (or a prefix of it)")  # fmt: skip
     lg.add_argument("--json", action="store_true", help="one JSON object per event")
     lg.set_defaults(run=_cmd_log)
 
