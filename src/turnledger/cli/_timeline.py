@@ -1,7 +1,7 @@
-"""Reading a stored log back: replay at a point, and the event timeline.
+"""Reading a stored log back: the event timeline and a session's summary.
 
-Used by the command line (``turnledger replay`` / ``turnledger log`` /
-``turnledger sessions``); pure functions over stored envelopes.
+What ``turnledger log`` and ``turnledger sessions`` show; pure functions
+over stored envelopes.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from .events import (
+from ..events import (
     DEFAULT_CODEC,
     CompletionIgnored,
     Event,
@@ -21,7 +21,7 @@ from .events import (
     TurnRejected,
     TurnSubmitted,
 )
-from .sessions import SessionState, evolve, initial_state
+from ..sessions import SessionState, evolve, initial_state
 
 __all__ = ["TimelineRow", "phase_name", "replay_stored", "session_summary", "timeline"]
 

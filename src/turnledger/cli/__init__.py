@@ -1,0 +1,135 @@
+"""The ``turnledger`` command line: the parser and :func:`main`.
+
+One module per command family: :mod:`._demo`, :mod:`._chat` and
+:mod:`._read` (``replay``, ``log``, ``sessions``, with :mod:`._timeline`);
+:mod:`._stores` opens the store a command names, :mod:`._errors` holds the
+exit codes and keeps passwords out of messages, :mod:`._display` keeps
+terminal controls out of what is printed, :mod:`._args` checks arguments.
+The command line uses only public names of the library.
+
+Exit codes (stable, for scripts):
+
+====  =====================================================================
+0     success
+1     the command ran but failed (a demo check did not hold, a chat error)
+2     usage error (bad arguments)
+3     store error (cannot open, locked, corrupt, owned by another process)
+4     not found (no such file, session or request)
+130   interrupted by Ctrl-C (in ``chat``, Ctrl-C at the prompt is a normal end: 0)
+====  =====================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+import trio
+
+from .. import CodecError, ReplayError, StoreError, TurnLedgerError, __version__
+from ._chat import add_chat_parser
+from ._demo import add_demo_parser
+from ._display import visible
+from ._errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_STORE,
+    EXIT_USAGE,
+    Exit,
+    scrub,
+    secrets_of,
+)
+from ._read import add_read_parsers
+
+__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
+
+
+# --- the parser ---------------------------------------------------------------
+
+
+def _logging_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS if suppress else 0,
+        help="more log lines on stderr: JSON logs carry the transitions and -v adds one line "
+        "per message; a terminal shows warnings, -v the transitions, -vv every message",
+    )
+    p.add_argument(
+        "--log-json",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="JSON log lines on stderr",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="turnledger",
+        description="LLM chat sessions whose history can be trusted.",
+        epilog="DB is a SQLite file, a .jsonl journal, or PostgreSQL: a postgresql:// URL "
+        "or a libpq string such as 'host=127.0.0.1 dbname=app'.",
+    )
+    p.add_argument("--version", action="version", version=f"turnledger {__version__}")
+    _logging_options(p)
+    # The same options after the command name too (``turnledger chat -v``);
+    # there they default to "not given", so they never undo the ones before.
+    common = argparse.ArgumentParser(add_help=False)
+    _logging_options(common, suppress=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    add_demo_parser(sub, common)
+    add_chat_parser(sub, common)
+    add_read_parsers(sub, common)
+    return p
+
+
+def _exit_code(raised: BaseException, secrets: set[str]) -> int:
+    # A lone error from inside a nursery arrives wrapped in a group.
+    exc = raised
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+
+    def say(message: str) -> None:
+        print(scrub(f"turnledger: {visible(message, lines=True)}", secrets), file=sys.stderr)
+
+    if isinstance(exc, Exit):
+        if exc.message:
+            say(exc.message)
+        return exc.code
+    if isinstance(exc, StoreError):
+        say(f"store error: {exc}")
+        return EXIT_STORE
+    if isinstance(exc, CodecError | ReplayError):
+        say(f"the log is corrupt: {exc}")
+        return EXIT_STORE
+    if isinstance(exc, TurnLedgerError):
+        say(str(exc))
+        return EXIT_FAILED
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    raise raised
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of the ``turnledger`` script."""
+    # Text that cannot be encoded (an answer's lone surrogate, a terminal
+    # that is not UTF-8) is shown escaped rather than ending the command.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+    args = _parser().parse_args(argv)
+    from ..adapters.logging import configure_logging
+
+    configure_logging(json=True if args.log_json else None, verbosity=args.verbose)
+    try:
+        code = trio.run(args.run, args)
+    except BaseException as raised:
+        code = _exit_code(raised, secrets_of(getattr(args, "db", None)))
+    sys.exit(code)

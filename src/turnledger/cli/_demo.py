@@ -1,0 +1,302 @@
+"""``turnledger demo``: a scripted conversation against a loopback server."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shlex
+import sys
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..adapters.providers import OpenAIChat
+from ..adapters.stores import store_kind
+from ..events import DEFAULT_CODEC, EventStore, TurnSubmitted
+from ..sessions import (
+    ChatRequest,
+    CommittedResult,
+    Completion,
+    DiscardedResult,
+    Hub,
+    Provider,
+    StreamSink,
+    Turn,
+    TurnHandle,
+    TurnResult,
+    open_hub,
+    replay,
+)
+from ._display import Out, describe
+from ._errors import EXIT_FAILED, EXIT_OK, display_db
+from ._stores import open_to_write
+
+if TYPE_CHECKING:
+    from ..testing import LoopbackServer, Reply
+
+__all__ = ["add_demo_parser"]
+
+
+class _Uninterruptible:
+    """A provider whose calls cannot be interrupted, like an SDK that blocks a
+    worker thread: cancelling the turn does not stop the call, so its answer
+    arrives after the session has moved on (a *late completion*)."""
+
+    def __init__(self, inner: Provider) -> None:
+        self._inner = inner
+
+    @property
+    def encoder(self) -> Any:
+        return self._inner.encoder
+
+    async def complete(self, request: ChatRequest, sink: StreamSink) -> Completion:
+        with trio.CancelScope(shield=True):
+            completion = await self._inner.complete(request, sink)
+        return completion
+
+
+async def _stream_turn(out: Out, turn: TurnHandle, *, stop_after: int | None = None) -> str:
+    shown = ""
+    out("  assistant (preview): ", end="")
+    async for delta in turn.preview():
+        out(delta, end="")
+        shown += delta
+        if stop_after is not None and len(shown) >= stop_after:
+            out(" ✂", end="")
+            await turn.cancel()
+            break
+    out()
+    return shown
+
+
+_KINDS = {"sqlite": "SQLite", "journal": "journal", "postgres": "PostgreSQL"}
+
+
+async def _run_demo(args: argparse.Namespace) -> int:
+    from ..testing import open_loopback_server
+
+    out = Out(sys.stdout)
+    kind = store_kind(args.db)
+    db = args.db if kind == "postgres" else os.path.abspath(args.db)
+    session = "demo-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")[:-3]
+    store = await open_to_write(db)
+    out("turnledger demo: a scripted conversation against a loopback server on 127.0.0.1")
+    out(f"  event log: {display_db(db)} ({_KINDS[kind]}), session {session}")
+    try:
+        async with open_loopback_server([]) as server:
+            out(f"  provider:  OpenAI-compatible SSE at {server.openai_base_url}")
+            async with OpenAIChat(base_url=server.openai_base_url, api_key="") as provider:
+                demo = _Demo(out, server, store, provider, session)
+                ok = await demo.scenes()
+                ok &= await demo.late_completion()
+    finally:
+        await store.aclose()
+
+    # Replay the file from disk, with a store opened anew.
+    out()
+    out("── Replaying the log from disk")
+    again = await open_to_write(db)
+    try:
+        events = await again.read_decoded(session, DEFAULT_CODEC)
+    finally:
+        await again.aclose()
+    state = replay(events)
+    match = tuple(state.turns) == demo.live_history
+    out(f"  {len(events)} events in {display_db(db)}")
+    for i, t in enumerate(state.turns, 1):
+        out(f"  [{i}] user: {t.question}")
+        out(f"      assistant: {t.answer}")
+    verdict = "matches" if match else "DOES NOT match"
+    out(f"  replayed history {verdict} the live session ({len(state.turns)} turns)")
+    out()
+    out(f"See the whole story:  turnledger log {shlex.quote(display_db(db))} --session {session}")
+    return EXIT_OK if ok and match else EXIT_FAILED
+
+
+_SYSTEM = "You are the turnledger demo assistant. Answer in one or two sentences."
+
+
+class _Demo:
+    def __init__(
+        self, out: Out, server: LoopbackServer, store: EventStore, provider: Provider, session: str
+    ) -> None:
+        self.out = out
+        self.server = server
+        self.store = store
+        self.provider = provider
+        self.session = session
+        self.live_history: tuple[Turn, ...] = ()
+
+    @staticmethod
+    def slow(text: str, *, pause: float = 0.03, finish: str | None = "stop") -> Reply:
+        from ..testing import Reply, WritePause, openai_sse_chunks
+
+        parts: list[Any] = []
+        for chunk in openai_sse_chunks(text, finish_reason=finish, chunk_size=6):
+            parts += [chunk, WritePause(pause)]
+        return Reply(body=tuple(parts))
+
+    async def turn(
+        self, hub: Hub, title: str, question: str, reply: Reply, *, stop_after: int | None = None
+    ) -> TurnResult:
+        out = self.out
+        self.server.enqueue(reply)
+        out()
+        out(f"── {title}")
+        out(f"  user: {question}")
+        handle = await hub.submit(self.session, question)
+        await _stream_turn(out, handle, stop_after=stop_after)
+        result = await handle.outcome()
+        out(f"  outcome: {describe(result)}")
+        out(f"  history: {len(await hub.history(self.session))} turn(s)")
+        return result
+
+    async def scenes(self) -> bool:
+        from ..testing import Reply, Stall, error_reply, openai_sse_chunks
+
+        out = self.out
+        async with open_hub(
+            self.store,
+            self.provider,
+            model="demo-model",
+            system=_SYSTEM,
+            max_request_bytes=560,
+            turn_deadline=2.0,
+            idle_timeout=1.0,
+        ) as hub:
+            first = await self.turn(
+                hub,
+                "1. A complete answer commits",
+                "What does turnledger keep?",
+                self.slow(
+                    "Only turns whose answer arrived complete and accepted: "
+                    "finish_reason stop, then [DONE]."
+                ),
+            )
+            second = await self.turn(
+                hub,
+                "2. A longer answer commits too",
+                "And everything else?",
+                self.slow(
+                    "Everything else goes to the event log as typed events with request ids, "
+                    "so a replay rebuilds history and every race can be read afterwards.",
+                    pause=0.01,
+                ),
+            )
+            ok = isinstance(first, CommittedResult) and isinstance(second, CommittedResult)
+
+            before = await hub.history(self.session)
+            third = await self.turn(
+                hub,
+                "3. The request is trimmed to 560 bytes (whole turns), then times out",
+                "Summarise our conversation so far, please.",
+                Reply(body=(openai_sse_chunks("", finish_reason=None, done=False)[0], Stall())),
+            )
+            submitted = [
+                DEFAULT_CODEC.decode(e)
+                for e in await self.store.read(self.session)
+                if e.tag == "turn_submitted"
+            ][-1]
+            assert isinstance(submitted, TurnSubmitted)
+            out(
+                f"  request: {submitted.request_bytes} bytes, {submitted.turns_sent} turn(s) "
+                f"sent, {submitted.turns_dropped} dropped to fit"
+            )
+            same = await hub.history(self.session) == before
+            out(f"  history unchanged by the trim and the timeout: {'yes' if same else 'NO'}")
+            ok &= isinstance(third, DiscardedResult) and third.reason == "timeout"
+            ok &= same and submitted.turns_dropped >= 1
+
+            fourth = await self.turn(
+                hub,
+                "4. Cancelled mid-stream: the preview was shown, nothing is committed",
+                "Tell me a long story about event logs.",
+                self.slow("Once upon a time there was an append-only log that never forgot. " * 4),
+                stop_after=40,
+            )
+            ok &= isinstance(fourth, DiscardedResult) and fourth.reason == "cancelled"
+
+            fifth = await self.turn(
+                hub,
+                "5. HTTP 429 (its error body never reaches a log line or an event)",
+                "Are you there?",
+                error_reply(
+                    429,
+                    '{"error":{"message":"rate limited by /srv/app/limits.py"}}',
+                    headers=[("Retry-After", "1")],
+                ),
+            )
+            ok &= isinstance(fifth, DiscardedResult) and fifth.reason == "http_status"
+
+            sixth = await self.turn(
+                hub,
+                "6. finish_reason=length: the text looks complete, but it is not",
+                "Write one short sentence about trio.",
+                self.slow("Trio makes structured concurrency feel natural.", finish="length"),
+            )
+            ok &= isinstance(sixth, DiscardedResult) and sixth.reason == "incomplete_finish"
+            self.live_history = await hub.history(self.session)
+        return ok
+
+    async def late_completion(self) -> bool:
+        # A provider whose calls cannot be interrupted: its answer comes back
+        # after the deadline discarded the turn.
+        from ..testing import Reply, openai_sse_chunks
+
+        out = self.out
+        out()
+        out("── 7. A late completion: the answer arrives after the turn timed out")
+        body = tuple(openai_sse_chunks("This answer is too late.", chunk_size=40))
+        self.server.enqueue(Reply(body=body, headers_delay=1.6))
+        async with open_hub(
+            self.store,
+            _Uninterruptible(self.provider),
+            model="demo-model",
+            system=_SYSTEM,
+            turn_deadline=1.0,
+            idle_timeout=None,
+        ) as hub:
+            question = "Is this answer on time?"
+            out(f"  user: {question}")
+            handle = await hub.submit(self.session, question)
+            result = await handle.outcome()
+            out(f"  outcome: {describe(result)}")
+            late = await self._wait_ignored(handle.request_id)
+            same = await hub.history(self.session) == self.live_history
+        if late is None:
+            out("  the late completion was not recorded")
+            return False
+        out(
+            f"  its answer arrived {late:.2f}s after the turn ended: recorded as "
+            f"completion_ignored; history unchanged: {'yes' if same else 'NO'}"
+        )
+        return isinstance(result, DiscardedResult) and result.reason == "timeout" and same
+
+    async def _wait_ignored(self, request_id: str) -> float | None:
+        with trio.move_on_after(5):
+            while True:
+                events = await self.store.read(self.session)
+                ended = {
+                    e.payload.get("request_id"): e.recorded_at
+                    for e in events
+                    if e.tag == "turn_discarded"
+                }
+                for e in events:
+                    if e.tag == "completion_ignored" and e.payload["request_id"] == request_id:
+                        return e.recorded_at - ended[request_id]
+                await trio.sleep(0.05)
+        return None
+
+
+def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    d = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="run a scripted conversation against a built-in loopback server",
+        description="No network and no API key: a loopback server on 127.0.0.1 plays "
+        "a committed turn, a trim then a timeout, a cancel mid-stream, an HTTP 429, "
+        "a length finish and a late completion; then the log is replayed from disk.",
+    )
+    d.add_argument("--db", default="turnledger-demo.db", help="event log (default: %(default)s)")
+    d.set_defaults(run=_run_demo)

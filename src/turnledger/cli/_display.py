@@ -1,0 +1,80 @@
+"""Text as it may reach a terminal, and the output helpers of the commands."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from typing import Any, TextIO
+
+from ..sessions import CommittedResult, DiscardedResult, TurnResult
+
+__all__ = ["Out", "describe", "fmt_time", "print_json", "visible", "visible_json"]
+
+
+#: What a terminal would act on instead of showing: C0 controls, DEL, C1
+#: controls (``\x9b`` starts an escape sequence on some terminals), the
+#: line and paragraph separators, and the bidirectional overrides that
+#: reorder what is shown.
+_OTHER_INVISIBLE = "\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_ONE_LINE = re.compile(f"[\x00-\x1f{_OTHER_INVISIBLE}]")
+#: The same, but tab (``\x09``) and newline (``\x0a``) stay.
+_MULTI_LINE = re.compile(f"[\x00-\x08\x0b-\x1f{_OTHER_INVISIBLE}]")
+#: What JSON leaves raw but a terminal acts on (``json.dumps`` escapes C0).
+_JSON_INVISIBLE = re.compile(f"[{_OTHER_INVISIBLE}]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str, *, lines: bool = False) -> str:
+    """``text`` as it may be printed to a terminal: every control character
+    shown as an escape (``\\x1b``, ``\\r``, ``\\x07``...). With ``lines``,
+    newlines and tabs stay (an answer printed as it was written)."""
+    return (_MULTI_LINE if lines else _ONE_LINE).sub(_escape, text)
+
+
+def visible_json(text: str) -> str:
+    """A JSON document with the characters ``json.dumps`` leaves raw but a
+    terminal acts on (DEL, C1 controls, bidirectional overrides) written as
+    ``\\uXXXX`` escapes: they only occur inside strings, so the document
+    still parses to the same value."""
+    return _JSON_INVISIBLE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
+def print_json(obj: Any) -> None:
+    """One JSON document on a line of stdout, safe for a terminal."""
+    print(visible_json(json.dumps(obj, ensure_ascii=False)))
+
+
+def fmt_time(ts: float) -> str:
+    """A store timestamp as UTC ISO 8601 with milliseconds."""
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+
+
+class Out:
+    """Transcript printing: flushed at once, so a pipe shows it as it happens."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        # A terminal acts on control characters: show them as escapes
+        # there; a pipe or a file gets the text exactly as it was written.
+        self.terminal = stream.isatty()
+
+    def __call__(self, text: str = "", end: str = "\n") -> None:
+        if self.terminal:
+            text = visible(text, lines=True)
+        self.stream.write(text + end)
+        self.stream.flush()
+
+
+def describe(result: TurnResult) -> str:
+    """A turn's outcome in one line."""
+    if isinstance(result, CommittedResult):
+        return f"committed (finish_reason={result.finish_reason})"
+    if isinstance(result, DiscardedResult):
+        detail = f": {result.detail}" if result.detail else ""
+        return f"discarded, reason={result.reason}{detail}"
+    return f"rejected, reason={result.reason}: {result.detail}"

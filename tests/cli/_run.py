@@ -1,0 +1,54 @@
+"""Running the ``turnledger`` command as a user does: a real process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+#: Terminal controls a session id or an answer may carry: ESC (a title
+#: change, a screen clear), BEL, CR, a C1 CSI and a bidi override.
+NASTY = "\x1b]0;owned\x07\x1b[2J\r\x9b\u202e"
+
+
+def tl(
+    *args: str, cwd: Path, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnledger", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+@contextlib.contextmanager
+def loopback_process(tmp_path: Path, answer: str, **responder: float) -> Iterator[str]:
+    """A loopback server in a process of its own that answers every request
+    with ``answer`` (streamed as ``chat_responder`` does, with
+    ``responder`` options); yields its OpenAI base URL."""
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import sys\n"
+        "from turnledger.testing import LoopbackServer, chat_responder\n"
+        f"answer = lambda messages: {answer!r}\n"
+        f"server = LoopbackServer(chat_responder(answer, **{responder!r}))\n"
+        "with server.start_in_thread() as s:\n"
+        "    print(s.openai_base_url, flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    server = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        yield server.stdout.readline().strip()
+    finally:
+        server.communicate("", timeout=30)
+        script.unlink()

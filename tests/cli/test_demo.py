@@ -1,0 +1,48 @@
+"""``turnledger demo``, run as a user runs it: a real process, a real file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ._run import tl
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_runs_end_to_end_and_replays(tmp_path: Path) -> None:
+    r = tl("demo", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    db = tmp_path / "turnledger-demo.db"
+    assert db.exists() and str(db) in out
+    for expected in (
+        "outcome: committed",
+        "reason=timeout",
+        "dropped to fit",
+        "history unchanged by the trim and the timeout: yes",
+        "reason=cancelled",
+        "reason=http_status: HTTP 429",
+        "reason=incomplete_finish: finish_reason=length",
+        "recorded as completion_ignored",
+        "replayed history matches the live session (2 turns)",
+    ):
+        assert expected in out, expected
+    # the error body never reaches the transcript, the logs or the log file
+    assert "/srv/app/limits.py" not in out + r.stderr
+    assert b"/srv/app/limits.py" not in db.read_bytes()
+    # and the file tells the same story to `log` and `replay`
+    log = tl("log", str(db), "--json", cwd=tmp_path)
+    rows = [json.loads(line) for line in log.stdout.splitlines()]
+    tags = [row["event"] for row in rows]
+    assert tags.count("turn_committed") == 2
+    assert "completion_ignored" in tags
+    late = next(row for row in rows if row["event"] == "completion_ignored")
+    assert late["late_by"] > 0.3
+    reasons = {row["reason"] for row in rows if row["event"] == "turn_discarded"}
+    assert reasons == {"timeout", "cancelled", "http_status", "incomplete_finish"}
+    replay = tl("replay", str(db), "--json", cwd=tmp_path)
+    (session,) = [json.loads(line) for line in replay.stdout.splitlines()]
+    assert len(session["turns"]) == 2

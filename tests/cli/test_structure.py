@@ -1,0 +1,59 @@
+"""The command line is a client of the library: it imports public names only."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import turnledger.cli
+
+CLI = Path(turnledger.cli.__file__).parent
+
+
+def _private_imports(path: Path) -> list[str]:
+    """``module.name`` for every name ``path`` imports from outside the
+    command line through a private module or under a private name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 1 or (node.level == 0 and not (node.module or "").startswith("turnl")):
+            continue  # within the command line, or another library
+        module = node.module or ""
+        for alias in node.names:
+            parts = [*module.split("."), alias.name]
+            if any(p.startswith("_") and p != "__version__" for p in parts if p):
+                found.append(f"{'.' * node.level}{module}.{alias.name}")
+    return found
+
+
+def test_the_command_line_imports_public_names_only() -> None:
+    modules = sorted(CLI.glob("*.py"))
+    assert {p.stem for p in modules} >= {"__init__", "_chat", "_demo", "_read"}
+    for path in modules:
+        assert _private_imports(path) == [], path.name
+
+
+def test_the_checker_sees_a_private_import(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from ..testing._loopback import Pause\nfrom ..sessions import _machine\n"
+        "from .._errors import StoreError\nfrom .. import StoreError, __version__\n"
+        "from ._display import visible\nfrom typing import Any\n"
+    )
+    assert _private_imports(sample) == [
+        "..testing._loopback.Pause",
+        "..sessions._machine",
+        ".._errors.StoreError",
+    ]
+
+
+def test_the_script_and_python_m_reach_the_same_main() -> None:
+    for command in (
+        [sys.executable, "-m", "turnledger", "--version"],
+        [sys.executable, "-c", "from turnledger.cli import main; main(['--version'])"],
+    ):
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.startswith("turnledger "), out.stderr
