@@ -24,7 +24,8 @@ from collections.abc import Callable
 sys.path.insert(0, "src")
 
 from turnledger.events import RequestId
-from turnledger.sessions import Budget, History, Turn, naive_plan, plan
+from turnledger.sessions import Budget, History, Turn, plan
+from turnledger.sessions._projection import naive_plan
 
 SYSTEM = "你是一个简洁的助手。Answer briefly."
 

@@ -19,23 +19,30 @@ FORBIDDEN = {"trio", "httpx", "h11", "sqlite3", "structlog", "psycopg", "psycopg
 # loads it without doing any I/O.)
 LOADED_FORBIDDEN = FORBIDDEN - {"socket"}
 
-PURE = [
+
+def _modules(folder: str, *, recursive: bool = False) -> list[str]:
+    """Every module of ``folder`` (a dotted package name), package files included."""
+    root = SRC / Path(*folder.split(".")[1:])
+    out = []
+    for path in sorted(root.rglob("*.py") if recursive else root.glob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out.append(".".join(("turnledger", *parts)))
+    return out
+
+
+#: The folders of the pure core: every module in them, by glob.
+PURE_FOLDERS = ["turnledger.events", "turnledger.sessions"]
+#: Where the trio runtime of sessions lives (allowed trio and structlog).
+RUNTIME = "turnledger.sessions._runtime"
+#: The package files that load the runtime lazily, on first use (checked by
+#: what an import really loads, below, rather than by their import lines).
+LAZY = {"turnledger.sessions"}
+#: Pure modules outside those folders: the error types, the public SSE
+#: decoder and the protocol decoders the provider adapters drive.
+PURE_ELSEWHERE = [
     "turnledger._errors",
-    "turnledger.events",
-    "turnledger.events._events",
-    "turnledger.events._envelope",
-    "turnledger.events._exact_json",
-    "turnledger.events._store",
-    "turnledger.events.codec",
-    "turnledger.sessions._machine",
-    "turnledger.sessions._messages",
-    "turnledger.sessions._history",
-    "turnledger.sessions._projection",
-    "turnledger.sessions._request",
-    "turnledger.sessions._ports",
-    "turnledger.sessions._diagram",
-    "turnledger.sessions._results",
-    "turnledger.sessions._replay",
     "turnledger.sse",
     "turnledger.adapters.providers._utf8",
     "turnledger.adapters.providers._sse",
@@ -47,6 +54,30 @@ PURE = [
     "turnledger.adapters.providers._ollama_chunks",
     "turnledger.adapters.providers._retry",
 ]
+PURE = [
+    m
+    for folder in PURE_FOLDERS
+    for m in _modules(folder)
+    if m not in LAZY and not m.startswith(RUNTIME)
+] + PURE_ELSEWHERE
+#: What adapters must never import: the testing kit and the command line
+#: (a package ``turnledger.cli`` or the modules it grew from), by name prefix.
+NOT_FOR_ADAPTERS = (
+    "turnledger.testing",
+    "turnledger.cli",
+    "turnledger._cli",
+    "turnledger._inspect",
+)
+
+
+def test_the_folders_hold_what_the_tree_says() -> None:
+    # The globs found the modules (a typo in a folder name cannot pass), and
+    # the runtime really is a subpackage of its own.
+    assert "turnledger.sessions._machine" in PURE
+    assert "turnledger.events.codec" in PURE
+    runtime = _modules(RUNTIME)
+    assert f"{RUNTIME}._hub" in runtime and f"{RUNTIME}._actor" in runtime
+    assert not set(runtime) & set(PURE)
 
 
 def _path(module: str) -> Path:
@@ -107,14 +138,35 @@ def test_the_checker_catches_an_io_import() -> None:
 
 
 def test_sessions_never_import_adapters() -> None:
-    for path in (SRC / "sessions").glob("*.py"):
-        module = f"turnledger.sessions.{path.stem}"
+    for module in _modules("turnledger.sessions", recursive=True):
         assert not any(i.startswith("turnledger.adapters") for i in _imports(module)), module
-    for path in (SRC / "events").glob("*.py"):
-        module = f"turnledger.events.{path.stem}"
+    for module in _modules("turnledger.events", recursive=True):
         assert not any(
             i.startswith(("turnledger.adapters", "turnledger.sessions")) for i in _imports(module)
         ), module
+
+
+def _is_under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith((p + ".", p + "_")) for p in prefixes)
+
+
+def test_adapters_import_neither_the_testing_kit_nor_the_command_line() -> None:
+    adapters = _modules("turnledger.adapters", recursive=True)
+    assert "turnledger.adapters.stores.memory" in adapters
+    for module in adapters:
+        bad = {i for i in _imports(module) if _is_under(i, NOT_FOR_ADAPTERS)}
+        assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_the_adapter_check_knows_both_shapes_of_the_command_line() -> None:
+    # The command line is a package (turnledger.cli.*) or the flat modules
+    # it grew from; either name is caught, a module that merely starts with
+    # the same letters is not.
+    for name in ("turnledger.cli", "turnledger.cli.chat", "turnledger._cli_run"):
+        assert _is_under(name, NOT_FOR_ADAPTERS), name
+    assert _is_under("turnledger.testing._loopback", NOT_FOR_ADAPTERS)
+    assert not _is_under("turnledger.client", NOT_FOR_ADAPTERS)
+    assert not _is_under("turnledger.sessions", NOT_FOR_ADAPTERS)
 
 
 def test_importing_the_pure_modules_loads_no_io_library() -> None:
@@ -122,7 +174,7 @@ def test_importing_the_pure_modules_loads_no_io_library() -> None:
     # loads, package __init__ files included, in a fresh interpreter.
     code = (
         "import sys\n"
-        + "".join(f"import {m}\n" for m in PURE)
+        + "".join(f"import {m}\n" for m in [*PURE, *sorted(LAZY)])
         + f"print(sorted(m for m in {sorted(LOADED_FORBIDDEN)!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

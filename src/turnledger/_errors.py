@@ -24,6 +24,11 @@ Cancellation is never wrapped: ``trio.Cancelled`` propagates untouched.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .events import DiscardReason
+
 __all__ = [
     "CodecError",
     "ConcurrencyConflict",
@@ -119,9 +124,9 @@ class ProviderError(TurnLedgerError):
     :data:`turnledger.events.DISCARD_REASONS`).
     """
 
-    reason: str = "protocol"
+    reason: DiscardReason = "protocol"
 
-    def __init__(self, message: str, *, reason: str | None = None) -> None:
+    def __init__(self, message: str, *, reason: DiscardReason | None = None) -> None:
         super().__init__(message)
         if reason is not None:
             self.reason = reason

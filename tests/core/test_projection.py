@@ -21,10 +21,10 @@ from turnledger.sessions import (
     Submit,
     Turn,
     build_messages,
-    naive_plan,
     plan,
     request_messages,
 )
+from turnledger.sessions._projection import naive_plan
 
 from ._given import Session, given, rid
 

@@ -33,9 +33,9 @@ from turnledger.sessions import (
     Submit,
     Timeout,
     is_in_flight,
-    naive_plan,
     replay,
 )
+from turnledger.sessions._projection import naive_plan
 
 from ._given import Session
 

@@ -37,7 +37,7 @@ from turnledger.sessions import (
     Turn,
     open_hub,
 )
-from turnledger.sessions._log import EVENTS, FIELDS
+from turnledger.sessions._runtime._log import EVENTS, FIELDS
 from turnledger.testing import MemoryStore
 from turnledger.testing._scripted import (
     Begin,

@@ -146,7 +146,7 @@ class World:
     async def check_quiescent(self, hub: Any) -> None:
         await trio.testing.wait_all_tasks_blocked()
         for sid in self.rids:
-            if sid in hub._actors:
+            if sid in hub._routes.actors:
                 live = await hub.state(sid)
                 # invariant 4
                 assert live == replay(store_events(self.store, sid))

@@ -95,6 +95,7 @@ __all__ = [
     "Pending",
     "SessionState",
     "Streaming",
+    "current_request",
     "decide",
     "evolve",
     "initial_state",
@@ -263,14 +264,15 @@ def is_in_flight(state: SessionState) -> bool:
     return isinstance(state, _IN_FLIGHT)
 
 
-def _current(state: SessionState) -> RequestId | None:
+def current_request(state: SessionState) -> RequestId | None:
+    """The request id of the turn in flight, or ``None`` at rest."""
     return state.request.request_id if isinstance(state, _IN_FLIGHT) else None
 
 
 def outcome_of(state: SessionState, request_id: RequestId) -> Outcome | None:
     """How ``request_id`` ended, ``Outcome("in_flight")`` if it is the one in
     flight, or ``None`` if the session never saw it."""
-    if _current(state) == request_id:
+    if current_request(state) == request_id:
         return Outcome("in_flight")
     return state.outcomes.get(request_id)
 
@@ -310,7 +312,7 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
         return (TurnRejected(rid, "empty_question", "the question is empty"),)
     if not _is_text(msg.question):
         return (TurnRejected(rid, "invalid_question", "the question has a lone surrogate"),)
-    current = _current(state)
+    current = current_request(state)
     superseding = current is not None and config.on_busy == "supersede"
     if current is not None and not superseding:
         return (TurnRejected(rid, "busy", f"request {current} is in flight"),)
@@ -338,7 +340,7 @@ def _end_in_flight(
     state: SessionState, msg: Message, budget: Budget, preview: int
 ) -> tuple[Event, ...]:
     # Cancel, Timeout and Interrupt end the turn in flight, if it is theirs.
-    current = _current(state)
+    current = current_request(state)
     if current is None:
         return ()
     if isinstance(msg, Cancel):
@@ -367,7 +369,7 @@ def _completed(
 ) -> tuple[Event, ...]:
     assert isinstance(msg, Completed)
     rid = msg.request_id
-    if _current(state) != rid:
+    if current_request(state) != rid:
         return (CompletionIgnored(rid, "completed"),)
     if not msg.answer.strip():
         return (TurnDiscarded(rid, "empty", "the answer is empty", preview),)
@@ -382,7 +384,7 @@ def _completed(
 def _failed(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
     assert isinstance(msg, Failed)
     rid = msg.request_id
-    if _current(state) != rid:
+    if current_request(state) != rid:
         return (CompletionIgnored(rid, f"failed:{msg.failure.reason}"),)
     return (TurnDiscarded(rid, msg.failure.reason, msg.failure.detail, preview),)
 
@@ -434,10 +436,10 @@ def decide(
 
 
 def _expect_current(state: SessionState, request_id: RequestId, event: Event) -> None:
-    if _current(state) != request_id:
+    if current_request(state) != request_id:
         raise ReplayError(
             f"{type(event).__name__} for {request_id!r} but "
-            f"{_current(state)!r} is in flight (version {state.version})"
+            f"{current_request(state)!r} is in flight (version {state.version})"
         )
 
 
@@ -480,7 +482,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         )
         return Pending(**{**base, "last_request_id": event.request_id}, request=req)
     if isinstance(event, TurnRejected):
-        if event.request_id in state.outcomes or event.request_id == _current(state):
+        if event.request_id in state.outcomes or event.request_id == current_request(state):
             raise ReplayError(f"request {event.request_id!r} rejected after it was seen")
         base["outcomes"] = state.outcomes.record(
             event.request_id, Outcome("rejected", event.reason, event.detail)

@@ -41,7 +41,7 @@ import trio
 import trio.testing
 
 from .._errors import ProviderError
-from ..events import RequestId, Usage
+from ..events import DiscardReason, RequestId, Usage
 from ..sessions import ChatRequest, Completion, JsonChatEncoder, RequestEncoder, StreamSink
 
 __all__ = [
@@ -108,7 +108,7 @@ class Finish:
 class Fail:
     """Raise ``ProviderError(detail, reason=reason)``."""
 
-    reason: str
+    reason: DiscardReason
     detail: str = ""
 
 

@@ -34,37 +34,29 @@ import contextlib
 import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import attrs
 import structlog
 import trio
 
-from .._errors import (
-    ConcurrencyConflict,
-    InvalidCommand,
-    ProviderError,
-    SessionClosed,
-    StoreError,
-)
-from ..events import (
+from ..._errors import ConcurrencyConflict, InvalidCommand, ProviderError, SessionClosed, StoreError
+from ...events import (
     DEFAULT_CODEC,
     DISCARD_REASONS,
-    WIRE_TAGS,
     CompletionIgnored,
     Event,
     RequestId,
-    SessionStarted,
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
     TurnSubmitted,
 )
-from ._log import get_logger
-from ._machine import (
+from .._machine import (
     Pending,
     SessionState,
     Streaming,
+    current_request,
     decide,
     evolve,
     initial_state,
@@ -73,8 +65,7 @@ from ._machine import (
     replay,
     request_messages,
 )
-from ._messages import (
-    Cancel,
+from .._messages import (
     Completed,
     Failed,
     Failure,
@@ -84,15 +75,14 @@ from ._messages import (
     Start,
     Submit,
     Timeout,
-    safe_finish_reason,
 )
-from ._ports import ChatRequest
-from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult, result_of
+from .._ports import ChatRequest
+from .._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult, result_of
+from ._context import Runtime
+from ._log import get_logger, message_fields, transition_fields
+from ._tickets import Ticket
 
-if TYPE_CHECKING:
-    from ._hub import Hub
-
-__all__: list[str] = []
+__all__ = ["Actor", "Item"]
 
 _logger = get_logger()
 
@@ -104,43 +94,11 @@ MAX_CONFLICTS: Final = 5
 REMEMBER_ENDED: Final = 32
 
 
-class _Ticket:
-    """What a caller holds for one Submit: preview chunks and, at the end, the result."""
-
-    __slots__ = ("chunks", "error", "lot", "result")
-
-    def __init__(self) -> None:
-        self.chunks: list[str] = []
-        self.result: TurnResult | None = None
-        self.error: BaseException | None = None
-        self.lot = trio.lowlevel.ParkingLot()
-
-    @property
-    def done(self) -> bool:
-        return self.result is not None or self.error is not None
-
-    def push(self, text: str) -> None:
-        if self.result is None and self.error is None:
-            self.chunks.append(text)
-            if self.lot:
-                self.lot.unpark_all()
-
-    def resolve(self, result: TurnResult) -> None:
-        if not self.done:
-            self.result = result
-            self.lot.unpark_all()
-
-    def fail(self, error: BaseException) -> None:
-        if not self.done:
-            self.error = error
-            self.lot.unpark_all()
-
-
 #: What a mailbox carries. A message of None is a poke: wake up and look at
-#: the hub (it is closing, or this session has been idle long enough).
-_Item: TypeAlias = tuple["Message | None", _Ticket | None]
-_Msg: TypeAlias = tuple[Message, _Ticket | None]
-_POKE: Final[_Item] = (None, None)
+#: the actor's flags (the hub is closing, or this session has been idle long enough).
+Item: TypeAlias = tuple["Message | None", Ticket | None]
+_Msg: TypeAlias = tuple[Message, Ticket | None]
+_POKE: Final[Item] = (None, None)
 
 
 class _Flight:
@@ -159,11 +117,11 @@ class _Flight:
         "tickets",
     )
 
-    def __init__(self, actor: _Actor, request_id: RequestId, log: Any, deadline: float) -> None:
+    def __init__(self, actor: Actor, request_id: RequestId, log: Any, deadline: float) -> None:
         self.actor = actor
         self.request_id = request_id
         self.log = log
-        self.tickets: list[_Ticket] = []
+        self.tickets: list[Ticket] = []
         self.scope = trio.CancelScope()
         self.chars = 0
         self.deadline = deadline
@@ -206,75 +164,42 @@ class _Flight:
         return None
 
 
-# One decided step of a batch: the message, its ticket, the events it caused
-# (each with the phase before and after, and its seq), and the state after it.
-_Transition: TypeAlias = tuple[Event, str, str, int]
-# A message is None for events read back from the store.
-_Step: TypeAlias = tuple["Message | None", "_Ticket | None", list[_Transition], SessionState]
+@attrs.frozen(slots=True)
+class Transition:
+    """One event folded into a state: what the ``transition`` log line tells."""
+
+    event: Event
+    #: The phase before the event (the state class's name).
+    before: str
+    #: The state after the event.
+    state: SessionState
+
+    @property
+    def after(self) -> str:
+        return type(self.state).__name__
+
+    @property
+    def seq(self) -> int:
+        return self.state.version
 
 
-def _current(state: SessionState) -> RequestId | None:
-    return state.request.request_id if isinstance(state, (Pending, Streaming)) else None
+def transition(state: SessionState, event: Event) -> Transition:
+    """Fold ``event`` into ``state`` (``evolve``), keeping what the log needs."""
+    return Transition(event, type(state).__name__, evolve(state, event))
 
 
-def _message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
-    current = _current(state)
-    out: dict[str, Any] = {"msg_type": type(msg).__name__, "in_flight": current}
-    # ``request_id`` is always the request the message is about (or the one
-    # in flight, for Cancel() and Interrupt), so one jq filter on it shows
-    # every line of a request's story, including stale ones.
-    if isinstance(msg, Submit):
-        out["request_id"] = msg.request_id
-        # A request id seen before (a retry) changes nothing.
-        out["stale"] = outcome_of(state, msg.request_id) is not None
-        out["question_chars"] = len(msg.question)
-    elif isinstance(msg, Cancel):
-        out["request_id"] = current if msg.request_id is None else msg.request_id
-        out["stale"] = current is None or (msg.request_id not in (None, current))
-    elif isinstance(msg, Interrupt):
-        out["request_id"] = current
-        out["stale"] = current is None
-        out["detail"] = msg.detail
-    elif isinstance(msg, Start):
-        out["request_id"] = None
-        out["stale"] = False
-    else:
-        out["request_id"] = msg.request_id
-        out["stale"] = msg.request_id != current
-        if isinstance(msg, Timeout):
-            out["detail"] = msg.detail
-        elif isinstance(msg, Completed):
-            out["answer_chars"] = len(msg.answer)
-            out["finish_reason"] = safe_finish_reason(msg.finish_reason)
-        elif isinstance(msg, Failed):
-            out["reason"] = msg.failure.reason
-    return out
+@attrs.frozen(slots=True)
+class _Step:
+    """One decided message of a batch (``message`` is None for events read
+    back from the store), the transitions it caused and the state after it."""
+
+    message: Message | None
+    ticket: Ticket | None
+    transitions: list[Transition]
+    state: SessionState
 
 
-def _transition_fields(event: Event) -> dict[str, Any]:
-    out: dict[str, Any] = {"tag": WIRE_TAGS[type(event)]}
-    out["request_id"] = None if isinstance(event, SessionStarted) else event.request_id
-    if isinstance(event, TurnSubmitted):
-        out["question_chars"] = len(event.question)
-        out["turns_sent"] = event.turns_sent
-        out["turns_dropped"] = event.turns_dropped
-        out["request_bytes"] = event.request_bytes
-    elif isinstance(event, TurnCommitted):
-        out["answer_chars"] = len(event.answer)
-        out["finish_reason"] = event.finish_reason
-    elif isinstance(event, TurnDiscarded):
-        out["reason"] = event.reason
-        out["detail"] = event.detail
-        out["preview_chars"] = event.preview_chars
-    elif isinstance(event, TurnRejected):
-        out["reason"] = event.reason
-        out["detail"] = event.detail
-    elif isinstance(event, CompletionIgnored):
-        out["outcome"] = event.outcome
-    return out
-
-
-class _Actor:
+class Actor:
     """One session: its mailbox, its state, its turn in flight."""
 
     __slots__ = (
@@ -288,25 +213,25 @@ class _Actor:
         "_stop",
         "_unsynced",
         "_waiting",
-        "hub",
         "idle_since",
+        "rt",
         "senders",
         "session_id",
         "state",
         "tx",
     )
 
-    def __init__(self, hub: Hub, session_id: str, start: Start) -> None:
-        self.hub = hub
+    def __init__(self, rt: Runtime, session_id: str, start: Start) -> None:
+        self.rt = rt
         self.session_id = session_id
         self._start = start
-        self.tx, self._rx = trio.open_memory_channel[_Item](hub._config.mailbox_size)
+        self.tx, self._rx = trio.open_memory_channel[Item](rt.config.mailbox_size)
         #: Callers between looking this actor up and handing it a message.
         self.senders = 0
         self.state: SessionState = initial_state()
         self._flight: _Flight | None = None
         #: Tickets of accepted Submits whose turn has not ended, by request id.
-        self._waiting: dict[RequestId, list[_Ticket]] = {}
+        self._waiting: dict[RequestId, list[Ticket]] = {}
         #: When recent turns ended (trio clock), to time late completions.
         self._ended: dict[RequestId, float] | None = None
         self._batch: Sequence[_Msg] = ()
@@ -353,22 +278,22 @@ class _Actor:
     # -- life --------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        hub = self.hub
+        rt = self.rt
         # The task inherited the context of whichever caller started it; its
         # log context must be the session's alone.
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(session_id=self.session_id)
-        hub._actor_tasks += 1
+        rt.counters.actor_tasks += 1
         registered = acquired = False
         why = "hub_closed"
         error: Exception | None = None
         try:
-            await hub._store.acquire(self.session_id)
+            await rt.store.acquire(self.session_id)
             acquired = True
             await self._recover()
-            hub._actors[self.session_id] = self
+            rt.routing.started(self)
             registered = True
-            hub._stats["actors_started"] += 1
+            rt.counters.actors_started += 1
             task_status.started()
             # It refers to start()'s temporary nursery; keeping it for the
             # actor's whole life would cost ~1 KB per idle session.
@@ -379,7 +304,7 @@ class _Actor:
             if not registered:
                 raise
             error, why = exc, "failed"
-            hub._stats["actors_failed"] += 1
+            rt.counters.actors_failed += 1
             self._log.error(
                 "actor_failed",
                 error=type(exc).__name__,
@@ -389,13 +314,13 @@ class _Actor:
         finally:
             try:
                 with trio.CancelScope(shield=True) as scope:
-                    scope.deadline = trio.current_time() + hub._config.shutdown_grace
+                    scope.deadline = trio.current_time() + rt.config.shutdown_grace
                     await self._shutdown(why, error, registered=registered, acquired=acquired)
             finally:
-                hub._actor_tasks -= 1
+                rt.counters.actor_tasks -= 1
 
     async def _recover(self) -> None:
-        self.state = replay(await self.hub._store.read_decoded(self.session_id, DEFAULT_CODEC))
+        self.state = replay(await self.rt.store.read_decoded(self.session_id, DEFAULT_CODEC))
         if self.state.config is None:
             try:
                 await self._handle([(self._start, None)])
@@ -408,15 +333,15 @@ class _Actor:
             await self._handle([(Interrupt("recovered in flight"), None)])
 
     async def _loop(self) -> str:
-        hub = self.hub
+        config = self.rt.config
         rx = self._rx
-        idle = hub._config.idle_timeout
+        idle = config.idle_timeout
         self.idle_since = trio.current_time()
         while True:
-            if self._stop or hub._closed:
+            if self._stop:
                 return "hub_closed"
             flight = self._flight
-            batch: list[_Item] = []
+            batch: list[Item] = []
             if flight is None:
                 # At rest: a plain wait, no cancel scope and no timer (the
                 # hub's janitor pokes actors idle for too long).
@@ -443,13 +368,13 @@ class _Actor:
                 and not self._stop
                 and self.senders == 0
                 and rx.statistics().current_buffer_used == 0
-                and self._idle_for() >= (hub._config.passivate_after or math.inf)
+                and self._idle_for() >= (config.passivate_after or math.inf)
             ):
                 # Poked while idle. No await between this check and
                 # _shutdown closing the mailbox: nobody can slip a message in.
                 return "passivated"
 
-    def _drain(self, batch: list[_Item], limit: int) -> None:
+    def _drain(self, batch: list[Item], limit: int) -> None:
         rx = self._rx
         while len(batch) < limit:
             try:
@@ -460,18 +385,15 @@ class _Actor:
     async def _shutdown(
         self, why: str, error: Exception | None, *, registered: bool, acquired: bool
     ) -> None:
-        hub = self.hub
+        rt = self.rt
         sid = self.session_id
-        done = trio.Event()
         queued: list[_Msg] = []
         if registered:
             # Synchronously: stop routing, take what is queued, refuse the
             # rest. Blocked and later senders get BrokenResourceError and
-            # retry with a new actor, which waits for `done`.
-            if hub._actors.get(sid) is self:
-                del hub._actors[sid]
-            hub._stopping[sid] = done
-            items: list[_Item] = []
+            # retry with a new actor, which waits until we are stopped.
+            rt.routing.stopping(self)
+            items: list[Item] = []
             self._drain(items, sys.maxsize)
             queued = [(m, t) for m, t in items if m is not None]
         self._rx.close()
@@ -502,7 +424,7 @@ class _Actor:
                     )
             if acquired:
                 try:
-                    await hub._store.release(sid)
+                    await rt.store.release(sid)
                 except Exception as exc:
                     self._log.error("actor_failed", error=type(exc).__name__, detail=str(exc))
         finally:
@@ -522,13 +444,12 @@ class _Actor:
                 flight.ended = True
                 flight.scope.cancel()
             if registered:
-                del hub._stopping[sid]
                 if why == "passivated":
-                    hub._stats["actors_passivated"] += 1
+                    rt.counters.actors_passivated += 1
                 self._log.debug("actor_stopped", why=why, version=self.state.version)
-            done.set()
+                rt.routing.stopped(self)
 
-    def _adopt(self, request_id: RequestId, ticket: _Ticket) -> None:
+    def _adopt(self, request_id: RequestId, ticket: Ticket) -> None:
         outcome = outcome_of(self.state, request_id)
         if outcome is None:
             return  # never recorded; failed with SessionClosed below
@@ -540,8 +461,7 @@ class _Actor:
     # -- one batch ---------------------------------------------------------
 
     async def _handle(self, batch: Sequence[_Msg]) -> None:
-        hub = self.hub
-        hub._stats["messages"] += len(batch)
+        self.rt.counters.messages += len(batch)
         self._batch = batch
         self._received_at = trio.current_time()
         conflicted = False
@@ -574,59 +494,61 @@ class _Actor:
     def _decide(
         self, batch: Sequence[_Msg], *, log: bool
     ) -> tuple[list[_Step], list[Event], SessionState]:
-        budget = self.hub._budget
+        budget = self.rt.budget
         flight = self._flight
         state = self.state
         steps: list[_Step] = []
         events: list[Event] = []
         for msg, ticket in batch:
             if log:
-                self._msg_log().debug("message_received", **_message_fields(msg, state))
+                self._msg_log().debug("message_received", **message_fields(msg, state))
             preview = (
-                flight.chars if flight is not None and _current(state) == flight.request_id else 0
+                flight.chars
+                if flight is not None and current_request(state) == flight.request_id
+                else 0
             )
             decided = decide(state, msg, budget=budget, preview_chars=preview)
-            transitions: list[_Transition] = []
+            transitions: list[Transition] = []
             for ev in decided:
-                after = evolve(state, ev)
-                transitions.append((ev, type(state).__name__, type(after).__name__, after.version))
-                state = after
-            steps.append((msg, ticket, transitions, state))
+                step = transition(state, ev)
+                transitions.append(step)
+                state = step.state
+            steps.append(_Step(msg, ticket, transitions, state))
             events.extend(decided)
         return steps, events, state
 
     async def _append(self, events: Sequence[Event]) -> None:
         if not events:
             return
-        hub = self.hub
+        rt = self.rt
         version = self.state.version
-        now = hub._config.clock()
+        now = rt.config.clock()
         stored = [
             DEFAULT_CODEC.encode(ev, session_id=self.session_id, seq=version + i, recorded_at=now)
             for i, ev in enumerate(events, start=1)
         ]
         # A cancelled append wrote all or nothing: whoever goes on must re-read.
         self._unsynced = True
-        await hub._store.append(self.session_id, stored, expected_version=version)
+        await rt.store.append(self.session_id, stored, expected_version=version)
         self._unsynced = False
-        hub._stats["appends"] += 1
-        hub._stats["events"] += len(stored)
+        rt.counters.appends += 1
+        rt.counters.events += len(stored)
 
     async def _reload(self) -> None:
         """Catch up with the store: fold and act on the events this state has not seen."""
-        events = await self.hub._store.read_decoded(
+        events = await self.rt.store.read_decoded(
             self.session_id, DEFAULT_CODEC, after=self.state.version
         )
         state = self.state
-        transitions: list[_Transition] = []
+        transitions: list[Transition] = []
         for ev in events:
-            after = evolve(state, ev)
-            transitions.append((ev, type(state).__name__, type(after).__name__, after.version))
-            state = after
+            step = transition(state, ev)
+            transitions.append(step)
+            state = step.state
         self.state = state
         self._unsynced = False
         if transitions:
-            self._effects([(None, None, transitions, state)])
+            self._effects([_Step(None, None, transitions, state)])
 
     async def _discard_conflicted(self) -> None:
         # Our turn is still in flight, but the stream moved under it: this
@@ -634,28 +556,27 @@ class _Actor:
         # stands for this (it comes from neither the caller, the provider nor
         # the timer), so the actor states the fact; evolve still checks it.
         flight = self._flight
-        if flight is None or _current(self.state) != flight.request_id:
+        if flight is None or current_request(self.state) != flight.request_id:
             return
-        before = self.state
         ev = TurnDiscarded(
             flight.request_id,
             "conflict",
-            f"the stream moved under the turn (now at version {before.version})",
+            f"the stream moved under the turn (now at version {self.state.version})",
             flight.chars,
         )
-        after = evolve(before, ev)
+        step = transition(self.state, ev)
         await self._append([ev])
-        self.state = after
-        transition = (ev, type(before).__name__, type(after).__name__, after.version)
-        self._effects([(None, None, [transition], after)])
+        self.state = step.state
+        self._effects([_Step(None, None, [step], step.state)])
 
     # -- effects -----------------------------------------------------------
 
     def _effects(self, steps: Sequence[_Step]) -> None:
-        hub = self.hub
+        rt = self.rt
         waiting = self._waiting
         received = self._received_at
-        for msg, ticket, transitions, after in steps:
+        for step in steps:
+            msg, ticket, after = step.message, step.ticket, step.state
             if isinstance(msg, Submit) and ticket is not None:
                 known = waiting.get(msg.request_id)
                 if known is None:
@@ -664,16 +585,17 @@ class _Actor:
                     # A retry while the turn is in flight: same preview so far.
                     ticket.chunks.extend(known[0].chunks)
                     known.append(ticket)
-            for ev, before_phase, after_phase, seq in transitions:
+            for t in step.transitions:
+                ev = t.event
                 self._msg_log().info(
                     "transition",
-                    seq=seq,
-                    **{"from": before_phase, "to": after_phase},
-                    **_transition_fields(ev),
+                    seq=t.seq,
+                    **{"from": t.before, "to": t.after},
+                    **transition_fields(ev),
                 )
                 if isinstance(ev, TurnSubmitted):
                     if isinstance(msg, Submit) and msg.request_id == ev.request_id:
-                        cfg = hub._config
+                        cfg = rt.config
                         deadline = (
                             trio.current_time() + cfg.turn_deadline
                             if cfg.turn_deadline is not None
@@ -703,9 +625,9 @@ class _Actor:
                         request_id=ev.request_id,
                         outcome=ev.outcome,
                         delay_s=None if ended is None else max(received - ended, 0.0),
-                        in_flight=_current(after),
+                        in_flight=current_request(after),
                     )
-            if isinstance(msg, Submit) and not transitions and ticket is not None:
+            if isinstance(msg, Submit) and not step.transitions and ticket is not None:
                 # A request id seen before: a client retry, never recorded twice.
                 outcome = outcome_of(after, msg.request_id)
                 if outcome is not None and outcome.kind != "in_flight":
@@ -718,7 +640,7 @@ class _Actor:
                 flight.request_id, state.config.model, tuple(request_messages(state))
             )
             flight.running = True
-            hub._nursery.start_soon(self._request, flight, request, name="turnledger.request")
+            rt.nursery.start_soon(self._request, flight, request, name="turnledger.request")
 
     def _resolve(self, request_id: RequestId, result: TurnResult) -> None:
         for ticket in self._waiting.pop(request_id, ()):
@@ -741,18 +663,20 @@ class _Actor:
     # -- the request task --------------------------------------------------
 
     async def _request(self, flight: _Flight, request: ChatRequest) -> None:
-        hub = self.hub
+        rt = self.rt
         rid = flight.request_id
         structlog.contextvars.bind_contextvars(request_id=rid)
-        hub._request_tasks += 1
+        rt.counters.request_tasks += 1
         try:
             with flight.scope:
                 msg: Message
                 try:
-                    completion = await hub._provider.complete(request, flight)
+                    completion = await rt.provider.complete(request, flight)
                 except ProviderError as exc:
+                    # Typed as a discard reason; a third-party provider may
+                    # still set anything at run time.
                     reason = exc.reason if exc.reason in DISCARD_REASONS else "provider_error"
-                    msg = Failed(rid, Failure(reason, str(exc)))  # type: ignore[arg-type]
+                    msg = Failed(rid, Failure(reason, str(exc)))
                 except Exception as exc:
                     # A provider bug must not take the hub down. Its message
                     # may hold anything, so only the type is kept.
@@ -769,7 +693,7 @@ class _Actor:
                 # late result is recorded as CompletionIgnored.
                 await self.report(msg)
         finally:
-            hub._request_tasks -= 1
+            rt.counters.request_tasks -= 1
 
     # -- helpers -----------------------------------------------------------
 

@@ -20,50 +20,24 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, final
+from typing import final
 
 import attrs
 import trio
 
-from .._errors import InvalidCommand, SessionClosed
-from ..events import DEFAULT_CODEC, EventStore, HistoryPolicy, Ledger, OnBusy, RequestId
-from ._actor import _Actor, _Item, _Ticket
-from ._history import Turn
-from ._machine import SessionState, replay
-from ._messages import Cancel, Start, Submit
-from ._ports import Provider
-from ._projection import Budget, CharTokenEstimator, TokenEstimator
-from ._results import TurnResult
+from ..._errors import InvalidCommand, SessionClosed
+from ...events import DEFAULT_CODEC, EventStore, HistoryPolicy, Ledger, OnBusy, RequestId
+from .._history import Turn
+from .._machine import SessionState, replay
+from .._messages import Cancel, Start, Submit
+from .._ports import Provider
+from .._projection import Budget, CharTokenEstimator, TokenEstimator
+from .._results import TurnResult
+from ._actor import Actor, Item
+from ._context import Config, Counters, Runtime
+from ._tickets import Ticket
 
 __all__ = ["Hub", "HubStatistics", "TurnHandle", "open_hub"]
-
-_COUNTERS = (
-    "actors_started",
-    "actors_passivated",
-    "actors_failed",
-    "messages",
-    "appends",
-    "events",
-)
-
-
-def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise ValueError(f"{attribute.name} must be positive or None, got {value!r}")
-
-
-@attrs.frozen(kw_only=True)
-class _Config:
-    start: Start
-    max_request_bytes: int | None
-    max_prompt_tokens: int | None
-    token_estimator: TokenEstimator
-    turn_deadline: float | None = attrs.field(validator=_positive_or_none)
-    idle_timeout: float | None = attrs.field(validator=_positive_or_none)
-    passivate_after: float | None = attrs.field(validator=_positive_or_none)
-    mailbox_size: int = attrs.field(validator=attrs.validators.ge(1))
-    shutdown_grace: float = attrs.field(validator=attrs.validators.gt(0))
-    clock: Callable[[], float]
 
 
 @attrs.frozen
@@ -100,6 +74,37 @@ def _check_id(what: str, value: object) -> None:
         raise InvalidCommand(f"a {what} must be valid Unicode text") from None
 
 
+class _Routes:
+    """Which actors exist, which are starting and which are stopping.
+
+    The hub's alone: actors report their life through its :class:`Routing`
+    methods, and only these methods and the hub change the table.
+    """
+
+    __slots__ = ("actors", "closed", "ending", "starting")
+
+    def __init__(self) -> None:
+        self.actors: dict[str, Actor] = {}
+        self.starting: dict[str, trio.Event] = {}
+        self.ending: dict[str, trio.Event] = {}
+        self.closed = False
+
+    def started(self, actor: Actor) -> None:
+        self.actors[actor.session_id] = actor
+        if self.closed:
+            # It started while the hub was closing: it stops at once.
+            actor.request_stop()
+
+    def stopping(self, actor: Actor) -> None:
+        sid = actor.session_id
+        if self.actors.get(sid) is actor:
+            del self.actors[sid]
+        self.ending[sid] = trio.Event()
+
+    def stopped(self, actor: Actor) -> None:
+        self.ending.pop(actor.session_id).set()
+
+
 @final
 class TurnHandle:
     """One submitted question, as the caller holds it.
@@ -110,7 +115,7 @@ class TurnHandle:
 
     __slots__ = ("_hub", "_ticket", "request_id", "session_id")
 
-    def __init__(self, hub: Hub, session_id: str, request_id: RequestId, ticket: _Ticket) -> None:
+    def __init__(self, hub: Hub, session_id: str, request_id: RequestId, ticket: Ticket) -> None:
         #: The session the question went to.
         self.session_id = session_id
         #: The request id (given by the caller, or a fresh uuid4 hex).
@@ -193,53 +198,55 @@ class Hub:
     """Routes messages to session actors. Get one from :func:`open_hub`."""
 
     def __init__(
-        self, nursery: trio.Nursery, store: EventStore, provider: Provider, config: _Config
+        self, nursery: trio.Nursery, store: EventStore, provider: Provider, config: Config
     ) -> None:
         self._nursery = nursery
-        self._store = store
-        self._provider = provider
         self._config = config
-        self._budget = Budget(
-            config.max_request_bytes,
-            provider.encoder,
-            config.max_prompt_tokens,
-            config.token_estimator,
+        self._counters = Counters()
+        self._routes = routes = _Routes()
+        self._runtime = Runtime(
+            store=store,
+            provider=provider,
+            config=config,
+            budget=Budget(
+                config.max_request_bytes,
+                provider.encoder,
+                config.max_prompt_tokens,
+                config.token_estimator,
+            ),
+            counters=self._counters,
+            nursery=nursery,
+            routing=routes,
         )
-        self._actors: dict[str, _Actor] = {}
-        self._starting: dict[str, trio.Event] = {}
-        self._stopping: dict[str, trio.Event] = {}
-        self._closed = False
+        self._store = store
         self._janitor_scope = trio.CancelScope()
         if config.passivate_after is not None:
             nursery.start_soon(self._janitor, config.passivate_after, name="turnledger.janitor")
-        self._actor_tasks = 0
-        self._request_tasks = 0
-        self._stats = dict.fromkeys(_COUNTERS, 0)
 
     # -- routing -----------------------------------------------------------
 
-    async def _actor(self, session_id: str, start: Start | None = None) -> _Actor:
+    async def _actor(self, session_id: str, start: Start | None = None) -> Actor:
         while True:
-            if self._closed:
+            if self._routes.closed:
                 raise SessionClosed("the hub is closed")
-            actor = self._actors.get(session_id)
+            actor = self._routes.actors.get(session_id)
             if actor is not None:
                 return actor
-            busy = self._starting.get(session_id)
+            busy = self._routes.starting.get(session_id)
             if busy is None:
-                busy = self._stopping.get(session_id)
+                busy = self._routes.ending.get(session_id)
             if busy is not None:
                 await busy.wait()
                 continue
-            started = self._starting[session_id] = trio.Event()
+            started = self._routes.starting[session_id] = trio.Event()
             try:
-                new = _Actor(self, session_id, start or self._config.start)
+                new = Actor(self._runtime, session_id, start or self._config.start)
                 await self._nursery.start(new.run)
             finally:
-                del self._starting[session_id]
+                del self._routes.starting[session_id]
                 started.set()
 
-    async def _send(self, session_id: str, item: _Item, start: Start | None = None) -> _Actor:
+    async def _send(self, session_id: str, item: Item, start: Start | None = None) -> Actor:
         while True:
             actor = await self._actor(session_id, start)
             # Counted from the lookup on, with no checkpoint in between, so
@@ -281,7 +288,7 @@ class Hub:
         if request_id is not None:
             _check_id("request id", request_id)
         rid = RequestId(uuid.uuid4().hex if request_id is None else request_id)
-        ticket = _Ticket()
+        ticket = Ticket()
         await self._send(session_id, (Submit(rid, question), ticket))
         return TurnHandle(self, session_id, rid, ticket)
 
@@ -341,9 +348,9 @@ class Hub:
         Raises:
             SessionClosed: the hub is closed.
         """
-        if self._closed:
+        if self._routes.closed:
             raise SessionClosed("the hub is closed")
-        if session_id in self._actors or session_id in self._starting:
+        if session_id in self._routes.actors or session_id in self._routes.starting:
             await self._send(session_id, (Cancel(), None))
         else:
             await trio.lowlevel.checkpoint()
@@ -351,7 +358,7 @@ class Hub:
     async def state(self, session_id: str) -> SessionState:
         """The session's state: the live actor's, or replayed from the store
         (read-only, without starting an actor) if it is not running."""
-        actor = self._actors.get(session_id)
+        actor = self._routes.actors.get(session_id)
         if actor is not None:
             await trio.lowlevel.checkpoint()
             return actor.state
@@ -363,11 +370,17 @@ class Hub:
 
     def statistics(self) -> HubStatistics:
         """Counters for monitoring and tests."""
+        c = self._counters
         return HubStatistics(
-            actors=self._actor_tasks,
-            requests=self._request_tasks,
-            in_flight=sum(1 for a in self._actors.values() if a.in_flight),
-            **self._stats,
+            actors=c.actor_tasks,
+            requests=c.request_tasks,
+            in_flight=sum(1 for a in self._routes.actors.values() if a.in_flight),
+            actors_started=c.actors_started,
+            actors_passivated=c.actors_passivated,
+            actors_failed=c.actors_failed,
+            messages=c.messages,
+            appends=c.appends,
+            events=c.events,
         )
 
     async def _janitor(self, after: float) -> None:
@@ -378,15 +391,15 @@ class Hub:
             while True:
                 await trio.sleep(after / 2)
                 now = trio.current_time()
-                for actor in list(self._actors.values()):
+                for actor in list(self._routes.actors.values()):
                     since = actor.idle_since
                     if since is not None and now - since >= after:
                         actor.poke()
 
     def _close(self) -> None:
-        self._closed = True
+        self._routes.closed = True
         self._janitor_scope.cancel()
-        for actor in list(self._actors.values()):
+        for actor in list(self._routes.actors.values()):
             actor.request_stop()
 
 
@@ -438,7 +451,7 @@ async def open_hub(
     turns in flight are discarded as ``interrupted``, request tasks are
     cancelled. An exception from the body propagates unwrapped.
     """
-    config = _Config(
+    config = Config(
         start=Start(system, model, Ledger() if policy is None else policy, on_busy),
         max_request_bytes=max_request_bytes,
         max_prompt_tokens=max_prompt_tokens,

@@ -1,0 +1,23 @@
+"""The trio runtime of sessions: the hub, the session actors and their log.
+
+Everything that runs, waits or writes lives here; the pure core it drives
+(``decide``/``evolve``, the projection, the request encoder, the ``Provider``
+port) lives one level up, in :mod:`turnledger.sessions`, and never imports
+this package. (trio's ``_core`` is the model: a private package whose public
+names are re-exported by the package above it.)
+
+Modules:
+
+- ``_hub``: :func:`open_hub`, :class:`Hub`, :class:`TurnHandle`; the only
+  owner of which actors exist, which are starting and which are stopping.
+- ``_actor``: one session's task: mailbox, batches, write-then-evolve, effects,
+  the request task of the turn in flight.
+- ``_context``: :class:`Runtime`, the one immutable object an actor gets from
+  its hub (store, provider, config, budget, counters, nursery).
+- ``_tickets``: what a caller holds for one Submit (preview and result).
+- ``_log``: the log vocabulary (event and field names) and the field builders.
+"""
+
+from ._hub import Hub, HubStatistics, TurnHandle, open_hub
+
+__all__ = ["Hub", "HubStatistics", "TurnHandle", "open_hub"]

@@ -1,0 +1,105 @@
+"""What a session actor gets from its hub: one immutable :class:`Runtime`.
+
+The actor reads its store, provider, settings and budget from it, counts into
+its :class:`Counters` and starts request tasks in its nursery. It never sees
+the hub itself: which actors exist and which are stopping is the hub's alone
+(the actor reports its life through the :class:`Routing` the hub gives it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+import trio
+
+from ...events import EventStore
+from .._messages import Start
+from .._ports import Provider
+from .._projection import Budget, TokenEstimator
+
+if TYPE_CHECKING:
+    from ._actor import Actor
+
+__all__ = ["Config", "Counters", "Routing", "Runtime"]
+
+
+def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{attribute.name} must be positive or None, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """The hub's settings, checked once when it opens."""
+
+    start: Start
+    max_request_bytes: int | None
+    max_prompt_tokens: int | None
+    token_estimator: TokenEstimator
+    turn_deadline: float | None = attrs.field(validator=_positive_or_none)
+    idle_timeout: float | None = attrs.field(validator=_positive_or_none)
+    passivate_after: float | None = attrs.field(validator=_positive_or_none)
+    mailbox_size: int = attrs.field(validator=attrs.validators.ge(1))
+    shutdown_grace: float = attrs.field(validator=attrs.validators.gt(0))
+    clock: Callable[[], float]
+
+
+class Counters:
+    """The hub's running counts (the source of :class:`HubStatistics`)."""
+
+    __slots__ = (
+        "actor_tasks",
+        "actors_failed",
+        "actors_passivated",
+        "actors_started",
+        "appends",
+        "events",
+        "messages",
+        "request_tasks",
+    )
+
+    def __init__(self) -> None:
+        #: Actor tasks alive (running, starting or stopping).
+        self.actor_tasks = 0
+        #: Request tasks alive (including cancelled ones still unwinding).
+        self.request_tasks = 0
+        self.actors_started = 0
+        self.actors_passivated = 0
+        self.actors_failed = 0
+        self.messages = 0
+        self.appends = 0
+        self.events = 0
+
+
+class Routing(Protocol):
+    """How an actor tells its hub where it stands; the hub keeps the table."""
+
+    def started(self, actor: Actor) -> None:
+        """The actor recovered its state: route its session to it."""
+        ...
+
+    def stopping(self, actor: Actor) -> None:
+        """The actor is stopping: route nothing more to it, and make
+        whoever wants its session wait until :meth:`stopped`."""
+        ...
+
+    def stopped(self, actor: Actor) -> None:
+        """The actor has released its session; a new one may start."""
+        ...
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Runtime:
+    """Everything a session actor needs from the hub that started it."""
+
+    store: EventStore
+    provider: Provider
+    config: Config
+    #: The request budget (``max_request_bytes``, measured with the provider's encoder).
+    budget: Budget
+    counters: Counters
+    #: Where request tasks run (the hub's nursery).
+    nursery: trio.Nursery
+    routing: Routing

@@ -1,0 +1,158 @@
+"""The session runtime's log vocabulary: event names and field names.
+
+These names are a stable interface (``grep``/``jq`` scripts depend on them);
+docs/logging.md documents each one. Adding a field is compatible; renaming or
+removing one is not. The library never configures structlog: it asks for a
+logger and binds ``session_id`` (per actor) and ``request_id`` (per turn).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import structlog
+
+from ...events import (
+    WIRE_TAGS,
+    CompletionIgnored,
+    Event,
+    SessionStarted,
+    TurnCommitted,
+    TurnDiscarded,
+    TurnRejected,
+    TurnSubmitted,
+)
+from .._machine import SessionState, current_request, outcome_of
+from .._messages import (
+    Cancel,
+    Completed,
+    Failed,
+    Interrupt,
+    Message,
+    Start,
+    Submit,
+    Timeout,
+    safe_finish_reason,
+)
+
+__all__ = [
+    "EVENTS",
+    "FIELDS",
+    "LOGGER_NAME",
+    "get_logger",
+    "message_fields",
+    "transition_fields",
+]
+
+#: The name passed to :func:`structlog.get_logger`.
+LOGGER_NAME: Final = "turnledger.sessions"
+
+#: Every log event name the session runtime emits, with its level.
+EVENTS: Final[dict[str, str]] = {
+    "actor_started": "debug",
+    "actor_stopped": "debug",
+    "actor_failed": "error",
+    "message_received": "debug",
+    "transition": "info",
+    "late_completion": "info",
+    "append_conflict": "warning",
+    "request_error": "error",
+}
+
+#: Every key that may appear in those lines (besides structlog's own
+#: ``event`` and whatever the application's processors add).
+FIELDS: Final[frozenset[str]] = frozenset(
+    {
+        "session_id",
+        "request_id",
+        "msg_type",
+        "stale",
+        "in_flight",
+        "question_chars",
+        "answer_chars",
+        "finish_reason",
+        "detail",
+        "from",
+        "to",
+        "tag",
+        "seq",
+        "reason",
+        "preview_chars",
+        "turns_sent",
+        "turns_dropped",
+        "request_bytes",
+        "outcome",
+        "delay_s",
+        "version",
+        "phase",
+        "why",
+        "error",
+        "expected_version",
+        "actual_version",
+        "attempt",
+    }
+)
+
+
+def get_logger() -> Any:
+    """The runtime's logger (whatever the application configured)."""
+    return structlog.get_logger(LOGGER_NAME)
+
+
+def message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
+    """The fields of a ``message_received`` line: ``msg`` arriving in ``state``."""
+    current = current_request(state)
+    out: dict[str, Any] = {"msg_type": type(msg).__name__, "in_flight": current}
+    # ``request_id`` is always the request the message is about (or the one
+    # in flight, for Cancel() and Interrupt), so one jq filter on it shows
+    # every line of a request's story, including stale ones.
+    if isinstance(msg, Submit):
+        out["request_id"] = msg.request_id
+        # A request id seen before (a retry) changes nothing.
+        out["stale"] = outcome_of(state, msg.request_id) is not None
+        out["question_chars"] = len(msg.question)
+    elif isinstance(msg, Cancel):
+        out["request_id"] = current if msg.request_id is None else msg.request_id
+        out["stale"] = current is None or (msg.request_id not in (None, current))
+    elif isinstance(msg, Interrupt):
+        out["request_id"] = current
+        out["stale"] = current is None
+        out["detail"] = msg.detail
+    elif isinstance(msg, Start):
+        out["request_id"] = None
+        out["stale"] = False
+    else:
+        out["request_id"] = msg.request_id
+        out["stale"] = msg.request_id != current
+        if isinstance(msg, Timeout):
+            out["detail"] = msg.detail
+        elif isinstance(msg, Completed):
+            out["answer_chars"] = len(msg.answer)
+            out["finish_reason"] = safe_finish_reason(msg.finish_reason)
+        elif isinstance(msg, Failed):
+            out["reason"] = msg.failure.reason
+    return out
+
+
+def transition_fields(event: Event) -> dict[str, Any]:
+    """The event's own fields of a ``transition`` line (never message text)."""
+    out: dict[str, Any] = {"tag": WIRE_TAGS[type(event)]}
+    out["request_id"] = None if isinstance(event, SessionStarted) else event.request_id
+    if isinstance(event, TurnSubmitted):
+        out["question_chars"] = len(event.question)
+        out["turns_sent"] = event.turns_sent
+        out["turns_dropped"] = event.turns_dropped
+        out["request_bytes"] = event.request_bytes
+    elif isinstance(event, TurnCommitted):
+        out["answer_chars"] = len(event.answer)
+        out["finish_reason"] = event.finish_reason
+    elif isinstance(event, TurnDiscarded):
+        out["reason"] = event.reason
+        out["detail"] = event.detail
+        out["preview_chars"] = event.preview_chars
+    elif isinstance(event, TurnRejected):
+        out["reason"] = event.reason
+        out["detail"] = event.detail
+    elif isinstance(event, CompletionIgnored):
+        out["outcome"] = event.outcome
+    return out
