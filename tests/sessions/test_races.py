@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import structlog
 import trio
 from structlog.testing import capture_logs
@@ -161,15 +162,20 @@ async def test_completed_already_queued_when_cancel_arrives(store: HookedStore) 
     assert not lines(logs, "transition", tag="turn_discarded")
 
 
+@pytest.mark.parametrize("mailbox_size", [16, 1])
 async def test_completed_queued_before_the_deadline_is_noticed_wins(
-    store: HookedStore, autojump_clock: Any
+    store: HookedStore, autojump_clock: Any, mailbox_size: int
 ) -> None:
     # The actor is stuck in an append until t=61; the answer was queued at
     # t=30; the 60 s deadline is noticed at t=61, after what was queued.
+    # With a mailbox of 1 the answer fills it, so the timer cannot queue the
+    # Timeout at t=60 and the actor reads the clock itself at t=61.
     store.before("stream_started", lambda: trio.sleep(61))
     provider = by_request({"r1": [Begin(), Pause(30), Finish("in time")]})
     with capture_logs() as logs:
-        async with open_hub(store, provider, model="m", idle_timeout=None) as hub:
+        async with open_hub(
+            store, provider, model="m", idle_timeout=None, mailbox_size=mailbox_size
+        ) as hub:
             turn = await hub.submit("s", "q", request_id=R1)
             result = await turn.outcome()
             assert trio.current_time() == 61

@@ -13,7 +13,9 @@ Modules:
 - ``_actor``: one session's task: mailbox, batches, write-then-evolve, effects,
   the request task of the turn in flight.
 - ``_context``: :class:`Runtime`, the one immutable object an actor gets from
-  its hub (store, provider, config, budget, counters, nursery).
+  its hub (store, provider, config, budget, counters, nursery, timers).
+- ``_timers``: the deadline and idle timers of every turn in flight (one
+  task and one heap per hub, instead of a cancel scope per wait).
 - ``_tickets``: what a caller holds for one Submit (preview and result).
 - ``_log``: the log vocabulary (event and field names) and the field builders.
 """

@@ -15,12 +15,15 @@ state, and appends all their events in one store call. This is safe because
 effects run only after the append, in event order, and only the final state
 matters for them: a turn submitted and cancelled in one batch never goes out.
 
-Timers. The deadline and the idle timeout of the turn in flight are the
-actor's own receive deadline, not extra tasks: when its wait for the mailbox
-times out, the actor takes the messages already queued and then a
-``Timeout(request_id, "deadline" | "idle")``, exactly as if a timer task had
-sent it at that moment. The idle clock restarts on ``started()`` and on every
-delta; the provider's task only writes a timestamp, it never wakes the actor.
+Timers. The deadline and the idle timeout of the turn in flight cost no
+cancel scope and no task of their own: the actor waits for its mailbox
+without a deadline, and the hub's one timer task (``_timers.Timers``, a heap
+of the turns in flight) sends ``Timeout(request_id, "deadline" | "idle")``
+into the mailbox when the turn expires, behind whatever was queued before.
+If the mailbox is full at that moment, the actor reads the clock itself
+before it waits again and takes the messages already queued, then the
+Timeout. The idle clock restarts on ``started()`` and on every delta; the
+provider's task only writes a timestamp, it never wakes the actor.
 
 Request tasks run in the hub's nursery, each inside its own cancel scope, and
 never touch state: they send ``ResponseStarted`` / ``Completed`` / ``Failed``
@@ -31,6 +34,7 @@ mailbox, the state or the log.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import sys
 from collections.abc import Sequence
@@ -79,7 +83,7 @@ from .._messages import (
 from .._ports import ChatRequest
 from .._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult, result_of
 from ._context import Runtime
-from ._log import get_logger, message_fields, transition_fields
+from ._log import get_logger, is_enabled, message_fields, transition_fields
 from ._tickets import Ticket
 
 __all__ = ["Actor", "Item"]
@@ -105,22 +109,23 @@ class _Flight:
     """The turn in flight that this actor owns; also the provider's StreamSink."""
 
     __slots__ = (
+        "_log",
         "actor",
         "chars",
         "deadline",
         "ended",
         "last_activity",
-        "log",
         "request_id",
         "running",
         "scope",
         "tickets",
+        "timed_out",
     )
 
-    def __init__(self, actor: Actor, request_id: RequestId, log: Any, deadline: float) -> None:
+    def __init__(self, actor: Actor, request_id: RequestId, deadline: float) -> None:
         self.actor = actor
         self.request_id = request_id
-        self.log = log
+        self._log: Any = None
         self.tickets: list[Ticket] = []
         self.scope = trio.CancelScope()
         self.chars = 0
@@ -128,6 +133,16 @@ class _Flight:
         self.last_activity = trio.current_time()
         self.running = False
         self.ended = False
+        #: Its Timeout is on its way to the mailbox (or in the batch).
+        self.timed_out = False
+
+    @property
+    def log(self) -> Any:
+        """The session's logger bound to this request id (bound on first use)."""
+        log = self._log
+        if log is None:
+            log = self._log = self.actor.logger.bind(request_id=self.request_id)
+        return log
 
     # -- StreamSink --------------------------------------------------------
 
@@ -162,6 +177,20 @@ class _Flight:
         if idle is not None and now >= self.last_activity + idle:
             return "idle"
         return None
+
+    def fire(self, detail: str) -> None:
+        """(Timed) The hub's timers found this turn expired: send its Timeout."""
+        if self.ended or self.timed_out:
+            return
+        try:
+            self.actor.tx.send_nowait((Timeout(self.request_id, detail), None))
+        except trio.WouldBlock:
+            # The actor is busy with a full mailbox; it looks at the clock
+            # itself before it waits again.
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        self.timed_out = True
 
 
 @attrs.frozen(slots=True)
@@ -204,8 +233,10 @@ class Actor:
 
     __slots__ = (
         "_batch",
+        "_debug",
         "_ended",
         "_flight",
+        "_info",
         "_log",
         "_received_at",
         "_rx",
@@ -237,12 +268,21 @@ class Actor:
         self._batch: Sequence[_Msg] = ()
         self._received_at = 0.0
         self._log = _logger.bind(session_id=session_id)
+        # Whether the logger passes these levels (fixed once bound): when it
+        # does not, the fields of the lines are not even built.
+        self._debug = is_enabled(self._log, logging.DEBUG)
+        self._info = is_enabled(self._log, logging.INFO)
         #: When the actor last came to rest (trio clock); None while in flight.
         self.idle_since: float | None = None
         self._stop = False
         #: The store may hold events this state has not seen (a cancelled
         #: append, a conflict): read before writing again.
         self._unsynced = False
+
+    @property
+    def logger(self) -> Any:
+        """The session's logger (``session_id`` bound)."""
+        return self._log
 
     @property
     def in_flight(self) -> bool:
@@ -269,11 +309,14 @@ class Actor:
         """
         item = (msg, None)
         # If the actor has stopped, nobody is waiting for this any more.
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            try:
-                self.tx.send_nowait(item)
-            except trio.WouldBlock:
+        # (try/except rather than contextlib.suppress: this runs twice a turn.)
+        try:
+            self.tx.send_nowait(item)
+        except trio.WouldBlock:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.tx.send(item)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
     # -- life --------------------------------------------------------------
 
@@ -348,15 +391,16 @@ class Actor:
                 batch.append(await rx.receive())
                 self._drain(batch, MAX_BATCH)
             else:
-                with trio.move_on_at(flight.wake_at(idle)):
+                # In flight: also a plain wait. The hub's timers send the
+                # turn's Timeout into the mailbox when it expires; if they
+                # could not (a full mailbox), the clock is read here.
+                detail = None if flight.timed_out else flight.expired(trio.current_time(), idle)
+                if detail is None:
                     batch.append(await rx.receive())
-                if batch:
                     self._drain(batch, MAX_BATCH)
                 else:
-                    detail = flight.expired(trio.current_time(), idle)
-                    if detail is None:
-                        continue  # the stream made progress; wait again
                     # Whatever is queued arrived before the timer fired.
+                    flight.timed_out = True
                     self._drain(batch, rx.statistics().current_buffer_used)
                     batch.append((Timeout(flight.request_id, detail), None))
             messages = [(m, t) for m, t in batch if m is not None]
@@ -500,7 +544,7 @@ class Actor:
         steps: list[_Step] = []
         events: list[Event] = []
         for msg, ticket in batch:
-            if log:
+            if log and self._debug:
                 self._msg_log().debug("message_received", **message_fields(msg, state))
             preview = (
                 flight.chars
@@ -587,12 +631,13 @@ class Actor:
                     known.append(ticket)
             for t in step.transitions:
                 ev = t.event
-                self._msg_log().info(
-                    "transition",
-                    seq=t.seq,
-                    **{"from": t.before, "to": t.after},
-                    **transition_fields(ev),
-                )
+                if self._info:
+                    self._msg_log().info(
+                        "transition",
+                        seq=t.seq,
+                        **{"from": t.before, "to": t.after},
+                        **transition_fields(ev),
+                    )
                 if isinstance(ev, TurnSubmitted):
                     if isinstance(msg, Submit) and msg.request_id == ev.request_id:
                         cfg = rt.config
@@ -601,9 +646,9 @@ class Actor:
                             if cfg.turn_deadline is not None
                             else math.inf
                         )
-                        log = self._log.bind(request_id=ev.request_id)
-                        self._flight = _Flight(self, ev.request_id, log, deadline)
+                        self._flight = _Flight(self, ev.request_id, deadline)
                         self._flight.tickets = waiting.get(ev.request_id, [])
+                        rt.timers.add(self._flight)
                 elif isinstance(ev, TurnCommitted):
                     self._turn_ended(
                         ev.request_id,

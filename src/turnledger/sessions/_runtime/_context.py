@@ -1,7 +1,8 @@
 """What a session actor gets from its hub: one immutable :class:`Runtime`.
 
 The actor reads its store, provider, settings and budget from it, counts into
-its :class:`Counters` and starts request tasks in its nursery. It never sees
+its :class:`Counters`, starts request tasks in its nursery and times its turns
+with its :class:`~._timers.Timers`. It never sees
 the hub itself: which actors exist and which are stopping is the hub's alone
 (the actor reports its life through the :class:`Routing` the hub gives it).
 """
@@ -18,6 +19,7 @@ from ...events import EventStore
 from .._messages import Start
 from .._ports import Provider
 from .._projection import Budget, TokenEstimator
+from ._timers import Timers
 
 if TYPE_CHECKING:
     from ._actor import Actor
@@ -103,3 +105,5 @@ class Runtime:
     #: Where request tasks run (the hub's nursery).
     nursery: trio.Nursery
     routing: Routing
+    #: The deadline and idle timers of the turns in flight.
+    timers: Timers

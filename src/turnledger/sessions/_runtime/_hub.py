@@ -36,6 +36,7 @@ from .._results import TurnResult
 from ._actor import Actor, Item
 from ._context import Config, Counters, Runtime
 from ._tickets import Ticket
+from ._timers import Timers
 
 __all__ = ["Hub", "HubStatistics", "TurnHandle", "open_hub"]
 
@@ -217,11 +218,15 @@ class Hub:
             counters=self._counters,
             nursery=nursery,
             routing=routes,
+            timers=Timers(config.idle_timeout),
         )
         self._store = store
         self._janitor_scope = trio.CancelScope()
         if config.passivate_after is not None:
             nursery.start_soon(self._janitor, config.passivate_after, name="turnledger.janitor")
+        self._timers_scope = trio.CancelScope()
+        if config.turn_deadline is not None or config.idle_timeout is not None:
+            nursery.start_soon(self._timers, name="turnledger.timers")
 
     # -- routing -----------------------------------------------------------
 
@@ -396,9 +401,14 @@ class Hub:
                     if since is not None and now - since >= after:
                         actor.poke()
 
+    async def _timers(self) -> None:
+        with self._timers_scope:
+            await self._runtime.timers.run()
+
     def _close(self) -> None:
         self._routes.closed = True
         self._janitor_scope.cancel()
+        self._timers_scope.cancel()
         for actor in list(self._routes.actors.values()):
             actor.request_stop()
 

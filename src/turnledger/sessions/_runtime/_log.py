@@ -40,6 +40,7 @@ __all__ = [
     "FIELDS",
     "LOGGER_NAME",
     "get_logger",
+    "is_enabled",
     "message_fields",
     "transition_fields",
 ]
@@ -97,6 +98,16 @@ FIELDS: Final[frozenset[str]] = frozenset(
 def get_logger() -> Any:
     """The runtime's logger (whatever the application configured)."""
     return structlog.get_logger(LOGGER_NAME)
+
+
+def is_enabled(log: Any, level: int) -> bool:
+    """Whether ``log`` passes ``level`` (a :mod:`logging` level number).
+
+    True unless the logger can tell (structlog's filtering loggers can), so a
+    logger of another kind still gets every line.
+    """
+    check = getattr(log, "is_enabled_for", None)
+    return True if check is None else bool(check(level))
 
 
 def message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
