@@ -39,9 +39,9 @@ from turnledger.sessions import (
     Submit,
     Timeout,
     decide,
+    ending_of,
     evolve,
     initial_state,
-    outcome_of,
 )
 
 from ._given import Session, given, rid
@@ -172,7 +172,7 @@ def test_busy_submit_is_rejected_by_default() -> None:
         TurnRejected(rid("second"), "busy", "request cur is in flight"),
     )
     assert isinstance(s.state, Pending) and s.state.request.request_id == CURRENT
-    assert outcome_of(s.state, rid("second")) is not None
+    assert ending_of(s.state, rid("second")) is not None
 
 
 def test_busy_submit_supersedes_when_the_policy_says_so() -> None:
@@ -195,13 +195,13 @@ def test_repeated_request_id_is_idempotent() -> None:
     assert s.when(Submit(CURRENT, "q")) == ()
     assert s.when(Submit(CURRENT, "a different question, same id")) == ()
     assert s.state.version == version
-    outcome = outcome_of(s.state, CURRENT)
+    outcome = ending_of(s.state, CURRENT)
     assert outcome is not None and (outcome.kind, outcome.answer) == ("committed", "a")
     # also while the request is still in flight
     s = given(Submit(CURRENT, "q"))
     assert s.when(Submit(CURRENT, "q")) == ()
-    assert outcome_of(s.state, CURRENT) is not None
-    assert outcome_of(s.state, CURRENT).kind == "in_flight"  # type: ignore[union-attr]
+    assert ending_of(s.state, CURRENT) is not None
+    assert ending_of(s.state, CURRENT).kind == "in_flight"  # type: ignore[union-attr]
 
 
 def test_empty_questions_are_rejected_before_transport() -> None:

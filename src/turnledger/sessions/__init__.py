@@ -17,12 +17,25 @@ in ``_ports``) is the port this layer uses to reach a model server: it is
 defined here, beside the core that consumes it, and adapters implement it.
 The other port, ``EventStore``, belongs to :mod:`turnledger.events`, beside
 the events it stores.
+
+Names that sound alike, by layer:
+
+- ``Completion``: what a ``Provider`` returns when its stream ended well formed.
+- ``Completed``: the message the request task sends the actor with it.
+- ``TurnCommitted`` (:mod:`turnledger.events`): the event that puts the turn
+  in history.
+- ``Committed`` / ``Discarded``: the session's phase after a turn ended (the
+  ``from``/``to`` of ``transition`` log lines).
+- ``CommittedResult`` / ``DiscardedResult`` / ``RejectedResult``
+  (a ``TurnResult``): what ``TurnHandle.outcome()`` gives the caller.
+- ``Ending`` / ``ending_of()``: the session's own record of how a request id
+  ended (or that it is in flight), kept in ``state.endings``.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ._history import History, Outcome, Outcomes, Turn
+from ._history import Ending, Endings, History, Turn
 from ._machine import (
     EVENT_TRANSITIONS,
     TRANSITIONS,
@@ -34,10 +47,10 @@ from ._machine import (
     SessionState,
     Streaming,
     decide,
+    ending_of,
     evolve,
     initial_state,
     is_in_flight,
-    outcome_of,
     replay,
     request_messages,
 )
@@ -83,6 +96,8 @@ __all__ = [
     "Completion",
     "Discarded",
     "DiscardedResult",
+    "Ending",
+    "Endings",
     "Failed",
     "Failure",
     "History",
@@ -93,8 +108,6 @@ __all__ = [
     "Interrupt",
     "JsonChatEncoder",
     "Message",
-    "Outcome",
-    "Outcomes",
     "Pending",
     "Plan",
     "Provider",
@@ -114,11 +127,11 @@ __all__ = [
     "TurnResult",
     "build_messages",
     "decide",
+    "ending_of",
     "evolve",
     "initial_state",
     "is_in_flight",
     "open_hub",
-    "outcome_of",
     "plan",
     "replay",
     "replay_sessions",

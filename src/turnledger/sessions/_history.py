@@ -19,7 +19,7 @@ import attrs
 
 from ..events import RequestId
 
-__all__ = ["History", "Outcome", "Outcomes", "Turn"]
+__all__ = ["Ending", "Endings", "History", "Turn"]
 
 T = TypeVar("T")
 
@@ -129,8 +129,13 @@ class History(_Shared[Turn], Sequence[Turn]):
 
 
 @attrs.frozen
-class Outcome:
-    """How a request ended, as far as the session recorded it."""
+class Ending:
+    """How a request ended, as far as the session recorded it.
+
+    The session's own record (``kind`` is ``"in_flight"`` while it runs).
+    Callers get a :data:`~turnledger.sessions.TurnResult` from
+    ``TurnHandle.outcome()`` instead.
+    """
 
     kind: str  # "committed" | "discarded" | "rejected"
     reason: str = ""
@@ -138,8 +143,8 @@ class Outcome:
     answer: str | None = None
 
 
-class Outcomes(_Shared[tuple[RequestId, Outcome]]):
-    """Final outcome of every request id the session has seen. Immutable.
+class Endings(_Shared[tuple[RequestId, Ending]]):
+    """How every request id the session has seen ended. Immutable.
 
     Each request id is recorded at most once (a seen id is never submitted
     again), so a shared list plus a shared index is enough.
@@ -151,27 +156,27 @@ class Outcomes(_Shared[tuple[RequestId, Outcome]]):
         super().__init__([], 0)
         self._index: dict[RequestId, int] = {}
 
-    def get(self, request_id: RequestId) -> Outcome | None:
+    def get(self, request_id: RequestId) -> Ending | None:
         i = self._index.get(request_id)
         if i is None or i >= self._n:
             return None
         return self._items[i][1]
 
-    def record(self, request_id: RequestId, outcome: Outcome) -> Outcomes:
+    def record(self, request_id: RequestId, ending: Ending) -> Endings:
         if self.get(request_id) is not None:
-            raise ValueError(f"request {request_id!r} already has an outcome")
+            raise ValueError(f"request {request_id!r} already ended")
         shared = len(self._items) == self._n
-        items = self._extended((request_id, outcome))
+        items = self._extended((request_id, ending))
         index = self._index if shared else {rid: i for i, (rid, _) in enumerate(items[:-1])}
         index[request_id] = self._n
-        new = Outcomes.__new__(Outcomes)
+        new = Endings.__new__(Endings)
         new._items = items
         new._n = self._n + 1
         new._index = index
         return new
 
     def __repr__(self) -> str:
-        return f"Outcomes({dict(self)!r})"
+        return f"Endings({dict(self)!r})"
 
     def __contains__(self, request_id: Any) -> bool:
         return self.get(request_id) is not None

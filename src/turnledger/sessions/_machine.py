@@ -31,7 +31,7 @@ message for any id other than the one in flight changes nothing: a late
 ``Completed`` or ``Failed`` becomes :class:`CompletionIgnored` (so the race
 is on the record), a stale ``Timeout``, ``Cancel`` or ``ResponseStarted`` is
 dropped. A Submit whose id the session has already seen is idempotent: no
-events; :func:`outcome_of` tells the caller how that request ended.
+events; :func:`ending_of` tells the caller how that request ended.
 
 What may commit. Only ``Completed`` for the request in flight, with an
 answer that is non-empty after stripping whitespace and ``finish_reason ==
@@ -69,7 +69,7 @@ from ..events import (
     TurnSubmitted,
     Window,
 )
-from ._history import History, Outcome, Outcomes, Turn
+from ._history import Ending, Endings, History, Turn
 from ._messages import (
     Cancel,
     Completed,
@@ -97,10 +97,10 @@ __all__ = [
     "Streaming",
     "current_request",
     "decide",
+    "ending_of",
     "evolve",
     "initial_state",
     "is_in_flight",
-    "outcome_of",
     "replay",
     "request_messages",
 ]
@@ -127,8 +127,8 @@ class _State:
     turns: History = attrs.field(factory=History)
     #: Index of the first turn that may still be sent (Window evicts by moving it).
     context_start: int = 0
-    #: Final outcome of every request id seen.
-    outcomes: Outcomes = attrs.field(factory=Outcomes)
+    #: How every request id seen ended.
+    endings: Endings = attrs.field(factory=Endings)
     #: Number of events folded so far (the ``seq`` of the last one).
     version: int = 0
     #: Request id of the current or most recent turn.
@@ -269,12 +269,12 @@ def current_request(state: SessionState) -> RequestId | None:
     return state.request.request_id if isinstance(state, _IN_FLIGHT) else None
 
 
-def outcome_of(state: SessionState, request_id: RequestId) -> Outcome | None:
-    """How ``request_id`` ended, ``Outcome("in_flight")`` if it is the one in
+def ending_of(state: SessionState, request_id: RequestId) -> Ending | None:
+    """How ``request_id`` ended, ``Ending("in_flight")`` if it is the one in
     flight, or ``None`` if the session never saw it."""
     if current_request(state) == request_id:
-        return Outcome("in_flight")
-    return state.outcomes.get(request_id)
+        return Ending("in_flight")
+    return state.endings.get(request_id)
 
 
 # --- decide -----------------------------------------------------------------
@@ -306,7 +306,7 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
     config = state.config
     assert config is not None
     rid = msg.request_id
-    if outcome_of(state, rid) is not None:
+    if ending_of(state, rid) is not None:
         return ()  # a retry of a request already seen: idempotent
     if not msg.question.strip():
         return (TurnRejected(rid, "empty_question", "the question is empty"),)
@@ -460,7 +460,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         "config": state.config,
         "turns": state.turns,
         "context_start": state.context_start,
-        "outcomes": state.outcomes,
+        "endings": state.endings,
         "version": version,
         "last_request_id": state.last_request_id,
     }
@@ -471,7 +471,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     if state.config is None:
         raise ReplayError(f"{type(event).__name__} before SessionStarted")
     if isinstance(event, TurnSubmitted):
-        if event.request_id in state.outcomes:
+        if event.request_id in state.endings:
             raise ReplayError(f"request {event.request_id!r} submitted twice")
         req = InFlight(
             event.request_id,
@@ -482,10 +482,10 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         )
         return Pending(**{**base, "last_request_id": event.request_id}, request=req)
     if isinstance(event, TurnRejected):
-        if event.request_id in state.outcomes or event.request_id == current_request(state):
+        if event.request_id in state.endings or event.request_id == current_request(state):
             raise ReplayError(f"request {event.request_id!r} rejected after it was seen")
-        base["outcomes"] = state.outcomes.record(
-            event.request_id, Outcome("rejected", event.reason, event.detail)
+        base["endings"] = state.endings.record(
+            event.request_id, Ending("rejected", event.reason, event.detail)
         )
         return attrs.evolve(state, **base)
     if isinstance(event, CompletionIgnored):
@@ -505,13 +505,13 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             context_start = max(n - state.request.turns_sent, n + 1 - policy.max_turns)
         base["turns"] = turns
         base["context_start"] = context_start
-        base["outcomes"] = state.outcomes.record(
-            event.request_id, Outcome("committed", "", "", event.answer)
+        base["endings"] = state.endings.record(
+            event.request_id, Ending("committed", "", "", event.answer)
         )
         return Committed(**base)
     assert isinstance(event, TurnDiscarded)
-    base["outcomes"] = state.outcomes.record(
-        event.request_id, Outcome("discarded", event.reason, event.detail)
+    base["endings"] = state.endings.record(
+        event.request_id, Ending("discarded", event.reason, event.detail)
     )
     return Discarded(**base, reason=event.reason)
 

@@ -18,7 +18,7 @@ from typing import ClassVar, Literal, TypeAlias
 import attrs
 
 from ..events import RequestId, Usage
-from ._history import Outcome
+from ._history import Ending
 
 __all__ = ["CommittedResult", "DiscardedResult", "RejectedResult", "TurnResult", "result_of"]
 
@@ -70,13 +70,13 @@ class RejectedResult:
 TurnResult: TypeAlias = CommittedResult | DiscardedResult | RejectedResult
 
 
-def result_of(request_id: RequestId, outcome: Outcome) -> TurnResult:
+def result_of(request_id: RequestId, ending: Ending) -> TurnResult:
     """The result of a request the session already finished (``repeated=True``)."""
-    if outcome.kind == "committed":
-        assert outcome.answer is not None
-        return CommittedResult(request_id, outcome.answer, repeated=True)
-    if outcome.kind == "discarded":
-        return DiscardedResult(request_id, outcome.reason, outcome.detail, repeated=True)
-    if outcome.kind == "rejected":
-        return RejectedResult(request_id, outcome.reason, outcome.detail, repeated=True)
-    raise ValueError(f"request {request_id!r} has not finished ({outcome.kind})")
+    if ending.kind == "committed":
+        assert ending.answer is not None
+        return CommittedResult(request_id, ending.answer, repeated=True)
+    if ending.kind == "discarded":
+        return DiscardedResult(request_id, ending.reason, ending.detail, repeated=True)
+    if ending.kind == "rejected":
+        return RejectedResult(request_id, ending.reason, ending.detail, repeated=True)
+    raise ValueError(f"request {request_id!r} has not finished ({ending.kind})")

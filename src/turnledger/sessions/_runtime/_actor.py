@@ -62,10 +62,10 @@ from .._machine import (
     Streaming,
     current_request,
     decide,
+    ending_of,
     evolve,
     initial_state,
     is_in_flight,
-    outcome_of,
     replay,
     request_messages,
 )
@@ -494,13 +494,13 @@ class Actor:
                 rt.routing.stopped(self)
 
     def _adopt(self, request_id: RequestId, ticket: Ticket) -> None:
-        outcome = outcome_of(self.state, request_id)
-        if outcome is None:
+        ending = ending_of(self.state, request_id)
+        if ending is None:
             return  # never recorded; failed with SessionClosed below
-        if outcome.kind == "in_flight":
+        if ending.kind == "in_flight":
             self._waiting.setdefault(request_id, []).append(ticket)
         else:
-            ticket.resolve(attrs.evolve(result_of(request_id, outcome), repeated=False))
+            ticket.resolve(attrs.evolve(result_of(request_id, ending), repeated=False))
 
     # -- one batch ---------------------------------------------------------
 
@@ -674,9 +674,9 @@ class Actor:
                     )
             if isinstance(msg, Submit) and not step.transitions and ticket is not None:
                 # A request id seen before: a client retry, never recorded twice.
-                outcome = outcome_of(after, msg.request_id)
-                if outcome is not None and outcome.kind != "in_flight":
-                    self._resolve(msg.request_id, result_of(msg.request_id, outcome))
+                ending = ending_of(after, msg.request_id)
+                if ending is not None and ending.kind != "in_flight":
+                    self._resolve(msg.request_id, result_of(msg.request_id, ending))
         flight = self._flight
         if flight is not None and not flight.running:
             state = self.state

@@ -22,7 +22,7 @@ from ...events import (
     TurnRejected,
     TurnSubmitted,
 )
-from .._machine import SessionState, current_request, outcome_of
+from .._machine import SessionState, current_request, ending_of
 from .._messages import (
     Cancel,
     Completed,
@@ -120,7 +120,7 @@ def message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
     if isinstance(msg, Submit):
         out["request_id"] = msg.request_id
         # A request id seen before (a retry) changes nothing.
-        out["stale"] = outcome_of(state, msg.request_id) is not None
+        out["stale"] = ending_of(state, msg.request_id) is not None
         out["question_chars"] = len(msg.question)
     elif isinstance(msg, Cancel):
         out["request_id"] = current if msg.request_id is None else msg.request_id
