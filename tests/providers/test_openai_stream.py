@@ -197,7 +197,9 @@ def test_error_details_quote_only_safe_tokens() -> None:
             )
         )
     assert info.value.reason == "provider_error"
-    assert str(info.value) == "the server sent an error (type=server_error)"
+    assert str(info.value) == (
+        "the server sent an error (type=server_error, code=unknown code (20 chars))"
+    )
 
 
 def test_limits() -> None:

@@ -29,13 +29,15 @@ from ...sessions._ports import Completion
 from ._limits import StreamLimits
 from ._ndjson import NDJSONDecoder
 from ._stream import (
+    ROLES,
     BodyDecoder,
     ResponseDecoder,
-    _safe,
+    describe,
     incomplete,
     malformed,
     protocol,
     provider_error,
+    safe_finish_reason,
     usage_from,
 )
 from ._strict_json import loads_strict
@@ -79,7 +81,7 @@ class OllamaLineValidator:
                 raise protocol("a tool call is not a plain-text answer")
             role = message.get("role")
             if role is not None and role != "assistant":
-                raise protocol(f"a message with role {_safe(role) or '(invalid)'}")
+                raise protocol(f"a message with role {describe(role, 'role', ROLES)}")
             content = message.get("content")
             if content is not None:
                 if type(content) is not str:
@@ -112,7 +114,7 @@ class OllamaLineValidator:
         usage = self._usage
         if usage == Usage():
             usage = None
-        return Completion("".join(self._parts), self._finish, usage)
+        return Completion("".join(self._parts), safe_finish_reason(self._finish), usage)
 
 
 class OllamaStreamDecoder(ResponseDecoder):

@@ -56,13 +56,16 @@ from ...sessions._ports import Completion
 from ._limits import StreamLimits
 from ._sse import ServerSentEvent, SSEDecoder
 from ._stream import (
+    ROLES,
+    SSE_EVENT_TYPES,
     BodyDecoder,
     ResponseDecoder,
-    _safe,
+    describe,
     incomplete,
     malformed,
     protocol,
     provider_error,
+    safe_finish_reason,
     usage_from,
 )
 from ._strict_json import loads_strict
@@ -92,8 +95,7 @@ def _check_tools(obj: dict[str, Any]) -> None:
 
 def _check_role(role: Any) -> None:
     if role is not None and role != "assistant":
-        token = _safe(role)
-        raise protocol(f"a message with role {token or '(invalid)'}")
+        raise protocol(f"a message with role {describe(role, 'role', ROLES)}")
 
 
 class OpenAIChunkValidator:
@@ -130,8 +132,8 @@ class OpenAIChunkValidator:
         if event.event != "message":
             if event.event == "error":
                 raise provider_error(None)
-            token = _safe(event.event)
-            raise protocol(f"an SSE event of type {token or '(invalid)'}")
+            kind = describe(event.event, "event type", SSE_EVENT_TYPES)
+            raise protocol(f"an SSE event of type {kind}")
         data = event.data
         if data == "[DONE]":
             self._done = True
@@ -196,7 +198,7 @@ class OpenAIChunkValidator:
             if self._finish is not None:
                 raise incomplete("the stream ended after the finish_reason but before [DONE]")
             raise incomplete("the stream ended before a finish_reason and [DONE]")
-        return Completion("".join(self._parts), self._finish, self._usage)
+        return Completion("".join(self._parts), safe_finish_reason(self._finish), self._usage)
 
 
 def _the_choice(choice: Any) -> dict[str, Any]:
@@ -287,7 +289,7 @@ def parse_openai_completion(text: str, limits: StreamLimits | None = None) -> Co
     finish = choice.get("finish_reason")
     if finish is not None and type(finish) is not str:
         raise malformed("finish_reason is not a string")
-    return Completion(content, finish, _usage(obj.get("usage")))
+    return Completion(content, safe_finish_reason(finish), _usage(obj.get("usage")))
 
 
 class OpenAIResponseDecoder(BodyDecoder):
