@@ -4,7 +4,7 @@ Layers, each pure and separately usable (they import no trio, httpx or
 structlog)::
 
     bytes --Utf8Decoder--> text --SSEDecoder / NDJSONDecoder--> frames
-          --loads_strict--> JSON --OpenAIChunkValidator / OllamaLineValidator--> turn
+          --loads_object--> JSON --OpenAIChunkValidator / OllamaLineValidator--> turn
 
 ``OpenAIStreamDecoder`` and ``OllamaStreamDecoder`` compose them (bytes in,
 preview text out, a ``Completion`` or a typed error at the end). The httpx
@@ -28,7 +28,7 @@ from ._openai_chunks import (
 from ._retry import RetryPolicy, parse_retry_after
 from ._sse import ServerSentEvent, SSEDecoder
 from ._stream import ResponseDecoder
-from ._strict_json import loads_strict
+from ._strict_json import loads_object, loads_strict
 from ._utf8 import Utf8Decoder
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ __all__ = [
     "ServerSentEvent",
     "StreamLimits",
     "Utf8Decoder",
+    "loads_object",
     "loads_strict",
     "map_httpx_error",
     "parse_openai_completion",

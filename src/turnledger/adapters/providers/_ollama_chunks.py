@@ -40,7 +40,7 @@ from ._stream import (
     safe_finish_reason,
     usage_from,
 )
-from ._strict_json import loads_strict
+from ._strict_json import loads_object
 
 __all__ = ["OllamaLineValidator", "OllamaResponseDecoder", "OllamaStreamDecoder"]
 
@@ -67,9 +67,7 @@ class OllamaLineValidator:
     def feed(self, line: str) -> str:
         if self._done:
             raise protocol("data after the done line")
-        obj = loads_strict(line, max_depth=self._depth)
-        if type(obj) is not dict:
-            raise malformed("a line is not a JSON object")
+        obj = loads_object(line, max_depth=self._depth)
         if "error" in obj:
             raise provider_error(obj["error"])
         text = ""

@@ -68,7 +68,7 @@ from ._stream import (
     safe_finish_reason,
     usage_from,
 )
-from ._strict_json import loads_strict
+from ._strict_json import loads_object
 
 __all__ = [
     "OpenAIChunkValidator",
@@ -140,9 +140,7 @@ class OpenAIChunkValidator:
             if self._finish is None:
                 raise incomplete("[DONE] before any finish_reason: the answer was cut short")
             return ""
-        obj = loads_strict(data, max_depth=self._depth)
-        if type(obj) is not dict:
-            raise malformed("a chunk is not a JSON object")
+        obj = loads_object(data, max_depth=self._depth)
         if "error" in obj:
             raise provider_error(obj["error"])
         usage = obj.get("usage")
@@ -263,9 +261,7 @@ class OpenAIStreamDecoder(ResponseDecoder):
 def parse_openai_completion(text: str, limits: StreamLimits | None = None) -> Completion:
     """A non-streamed ``chat.completion`` body (one JSON object)."""
     lim = limits or StreamLimits()
-    obj = loads_strict(text, max_depth=lim.max_json_depth)
-    if type(obj) is not dict:
-        raise malformed("the response is not a JSON object")
+    obj = loads_object(text, max_depth=lim.max_json_depth)
     if "error" in obj:
         raise provider_error(obj["error"])
     choices = obj.get("choices")
