@@ -38,6 +38,7 @@ PURE = [
     "turnledger.sessions._replay",
     "turnledger.sse",
     "turnledger.adapters.providers._utf8",
+    "turnledger.adapters.providers._lines",
     "turnledger.adapters.providers._sse",
     "turnledger.adapters.providers._strict_json",
     "turnledger.adapters.providers._ndjson",

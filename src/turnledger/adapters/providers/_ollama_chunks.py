@@ -133,7 +133,7 @@ class OllamaStreamDecoder(ResponseDecoder):
             piece = feed(line)
             if piece:
                 out.append(piece)
-        self._lines.decode_text("")
+        self._lines.check()  # an error the NDJSON layer left pending after these lines
 
     def _finish(self) -> Completion:
         self._lines.flush()

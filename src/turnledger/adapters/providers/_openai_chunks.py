@@ -250,8 +250,7 @@ class OpenAIStreamDecoder(ResponseDecoder):
             piece = feed(event)
             if piece:
                 out.append(piece)
-        if sse._error is not None:  # left pending by the SSE layer after these events
-            raise sse._error
+        sse.check()  # an error the SSE layer left pending after these events
 
     def _finish(self) -> Completion:
         self._sse.flush()
