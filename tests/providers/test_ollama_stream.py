@@ -17,7 +17,7 @@ from turnledger.adapters.providers import (
 )
 from turnledger.events import Usage
 from turnledger.sessions import Completion
-from turnledger.testing._loopback import ollama_ndjson_lines
+from turnledger.testing import ollama_ndjson_lines
 
 from ._helpers import decode_reads, every_split, random_splits
 

@@ -14,7 +14,8 @@ so that importing a pure layer does not import httpx.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from ._limits import StreamLimits
 from ._ndjson import NDJSONDecoder
@@ -31,7 +32,7 @@ from ._stream import ResponseDecoder
 from ._strict_json import loads_object, loads_strict
 from ._utf8 import Utf8Decoder
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from ._http import map_httpx_error
     from .ollama import OllamaChat
     from .openai import OpenAIChat
@@ -66,7 +67,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         msg = f"module {__name__!r} has no attribute {name!r}"
