@@ -72,19 +72,16 @@ class NDJSONDecoder:
             return []
         splitter = self._splitter
         out: list[str] = []
-        try:
-            for line in splitter.split(text):
-                if not line or line.isspace():
-                    continue
-                self._lines += 1
-                if self._lines > self._max_lines:
-                    raise LimitExceeded(f"more than {self._max_lines} NDJSON lines")
+        for line in splitter.split(text):
+            if line and not line.isspace():  # blank lines are skipped
                 out.append(line)
-            if splitter.error is not None:
-                raise splitter.error
-        except ProviderError as exc:
-            self._error = exc
-            if out:
-                return out
-            raise
+        self._lines += len(out)
+        error = splitter.error
+        if self._lines > self._max_lines:
+            del out[len(out) - (self._lines - self._max_lines) :]
+            error = LimitExceeded(f"more than {self._max_lines} NDJSON lines")
+        if error is not None:
+            self._error = error
+            if not out:
+                raise error
         return out
