@@ -34,10 +34,10 @@ from ._stream import (
     ResponseDecoder,
     describe,
     incomplete,
+    known_finish_reason,
     malformed,
     protocol,
     provider_error,
-    safe_finish_reason,
     usage_from,
 )
 from ._strict_json import loads_object
@@ -112,7 +112,7 @@ class OllamaLineValidator:
         usage = self._usage
         if usage == Usage():
             usage = None
-        return Completion("".join(self._parts), safe_finish_reason(self._finish), usage)
+        return Completion("".join(self._parts), known_finish_reason(self._finish), usage)
 
 
 class OllamaStreamDecoder(ResponseDecoder):

@@ -62,10 +62,10 @@ from ._stream import (
     ResponseDecoder,
     describe,
     incomplete,
+    known_finish_reason,
     malformed,
     protocol,
     provider_error,
-    safe_finish_reason,
     usage_from,
 )
 from ._strict_json import loads_object
@@ -196,7 +196,7 @@ class OpenAIChunkValidator:
             if self._finish is not None:
                 raise incomplete("the stream ended after the finish_reason but before [DONE]")
             raise incomplete("the stream ended before a finish_reason and [DONE]")
-        return Completion("".join(self._parts), safe_finish_reason(self._finish), self._usage)
+        return Completion("".join(self._parts), known_finish_reason(self._finish), self._usage)
 
 
 def _the_choice(choice: Any) -> dict[str, Any]:
@@ -284,7 +284,7 @@ def parse_openai_completion(text: str, limits: StreamLimits | None = None) -> Co
     finish = choice.get("finish_reason")
     if finish is not None and type(finish) is not str:
         raise malformed("finish_reason is not a string")
-    return Completion(content, safe_finish_reason(finish), _usage(obj.get("usage")))
+    return Completion(content, known_finish_reason(finish), _usage(obj.get("usage")))
 
 
 class OpenAIResponseDecoder(BodyDecoder):

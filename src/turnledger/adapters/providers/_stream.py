@@ -37,10 +37,10 @@ __all__ = [
     "ResponseDecoder",
     "describe",
     "incomplete",
+    "known_finish_reason",
     "malformed",
     "protocol",
     "provider_error",
-    "safe_finish_reason",
     "usage_from",
 ]
 
@@ -117,7 +117,7 @@ def describe(value: Any, what: str, known: frozenset[str]) -> str:
     return f"{what} of JSON type {_json_type(value)}"
 
 
-def safe_finish_reason(value: str | None) -> str | None:
+def known_finish_reason(value: str | None) -> str | None:
     """A finish reason as a :class:`Completion` carries it: a known one as is,
     any other as ``unknown_<n>_chars`` (the session discards it either way)."""
     if value is None or value in FINISH_REASONS:
