@@ -499,20 +499,3 @@ async def _close(stream: trio.SocketStream) -> None:
         suppress(trio.BrokenResourceError, trio.ClosedResourceError),
     ):
         await stream.aclose()
-
-
-# The names this module had before the reply builders moved to ._replies and
-# the body parts got their public names; the command line still imports them
-# from here. Nothing else may: use ``turnledger.testing``.
-_FORMER = {"Pause": "WritePause", "Hang": "Stall", "Script": "ReplyScript"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FORMER:
-        return globals()[_FORMER[name]]
-    from . import _replies
-
-    if name in _replies.__all__:
-        return getattr(_replies, name)
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
