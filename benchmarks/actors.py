@@ -42,8 +42,7 @@ from turnledger.sessions import (
     initial_state,
     open_hub,
 )
-from turnledger.testing import MemoryStore
-from turnledger.testing._scripted import ScriptedProvider
+from turnledger.testing import MemoryStore, ScriptedProvider
 
 MAILBOX = 16
 

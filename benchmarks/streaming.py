@@ -43,7 +43,7 @@ import trio
 from turnledger.adapters.providers import OpenAIChat, SSEDecoder, loads_strict
 from turnledger.events import RequestId
 from turnledger.sessions import ChatMessage, ChatRequest
-from turnledger.testing._loopback import LoopbackServer, Pause, Reply
+from turnledger.testing import LoopbackServer, Reply, WritePause
 
 try:
     import httpx_sse
@@ -219,7 +219,7 @@ def _serve(conn: Any, chunks: int, gap: float) -> None:  # runs in the server pr
     for event in wire:
         body.append(event)
         if gap:
-            body.append(Pause(gap))
+            body.append(WritePause(gap))
     server = LoopbackServer(Reply(body=tuple(body)))
     with server.start_in_thread():
         conn.send(server.port)

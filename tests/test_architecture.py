@@ -45,6 +45,7 @@ PURE_ELSEWHERE = [
     "turnledger._errors",
     "turnledger.sse",
     "turnledger.adapters.providers._utf8",
+    "turnledger.adapters.providers._lines",
     "turnledger.adapters.providers._sse",
     "turnledger.adapters.providers._strict_json",
     "turnledger.adapters.providers._ndjson",

@@ -9,6 +9,10 @@ its own::
             print(event.event, event.data)
     decoder.flush()                  # end of stream
 
+When a read holds whole events followed by a fault (a line over the limit),
+``decode`` returns the events first and keeps the error for the next call;
+``decoder.check()`` raises it at once.
+
 Invalid UTF-8 raises :class:`~turnledger.DecodeError` (never U+FFFD); lines,
 events and the number of events are bounded by
 :class:`~turnledger.adapters.providers.StreamLimits` (``LimitExceeded``).

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
 import trio
 
 from turnledger import ProviderError
+from turnledger.adapters.providers import ResponseDecoder, StreamLimits
 from turnledger.events import DISCARD_REASONS, Event, RequestId, Usage
 from turnledger.sessions import (
     Budget,
     Cancel,
     ChatRequest,
     Completed,
+    Completion,
     Failed,
     Failure,
     Provider,
@@ -33,6 +35,25 @@ from turnledger.sessions import Pending as PendingState
 
 MODEL = "loopback-model"
 SYSTEM = "You answer briefly."
+
+
+def decode_reads(
+    decoder_class: Callable[[StreamLimits | None], ResponseDecoder],
+    reads: Sequence[bytes],
+    limits: StreamLimits | None = None,
+) -> tuple[str, Completion | str]:
+    """Feed ``reads`` to a new response decoder as a provider does:
+    (the preview delivered, the completion or the failure's reason)."""
+    decoder = decoder_class(limits)
+    preview: list[str] = []
+    try:
+        for read in reads:
+            preview.extend(decoder.feed(read))
+            decoder.check()
+        return "".join(preview), decoder.finish()
+    except ProviderError as exc:
+        assert exc.reason in DISCARD_REASONS
+        return "".join(preview), exc.reason
 
 
 def splits(data: bytes, size: int) -> list[bytes]:

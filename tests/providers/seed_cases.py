@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from turnledger.testing._loopback import Hang, Pause, Reply, error_reply
+from turnledger.testing import Reply, Stall, WritePause, error_reply
 
 QUESTION = "Say hello in Chinese, then Java and a sprout."
 
@@ -64,7 +64,7 @@ class Case:
     read_timeout: float | None = None
 
 
-def _sse(*parts: bytes | Pause | Hang) -> Reply:
+def _sse(*parts: bytes | WritePause | Stall) -> Reply:
     return Reply(body=parts)
 
 
@@ -200,13 +200,13 @@ CASES = [
     ),
     Case(
         "cancelled",
-        _sse(ROLE, content("Java"), Pause(0.3), content(" keeps going"), Hang()),
+        _sse(ROLE, content("Java"), WritePause(0.3), content(" keeps going"), Stall()),
         "cancelled",
         cancel_after_chars=3,
     ),
     Case(
         "read_timeout",
-        _sse(Pause(0.4), ONE_BYTE),
+        _sse(WritePause(0.4), ONE_BYTE),
         "timeout",
         read_timeout=0.1,
     ),

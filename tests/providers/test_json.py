@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from turnledger import DecodeError
-from turnledger.adapters.providers import loads_strict
+from turnledger.adapters.providers import (
+    OllamaLineValidator,
+    OpenAIStreamDecoder,
+    loads_object,
+    loads_strict,
+)
+from turnledger.events import Usage
+from turnledger.testing import openai_sse_chunks, sse_event
 
 
 def _stdlib_has_duplicates(text: str) -> bool:
@@ -108,6 +115,7 @@ JSON = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(2**53), 2**53)
+    | st.integers(-(10**40), 10**40)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(alphabet=st.sampled_from('x:"\\{[é🌱\n'), max_size=6),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
@@ -164,3 +172,88 @@ def test_json_like_noise_agrees_with_the_stdlib_on_duplicates(text: str) -> None
         return
     assert not _stdlib_has_duplicates(text)
     assert value == json.loads(text)
+
+
+# -- integers stay exact ------------------------------------------------------------
+
+BIG = 123456789012345678901234567890
+
+EXACT = [
+    '{"n":123456789012345678901234567890}',
+    '{"n": 123456789012345678901234567890}',  # not the canonical form
+    '{"n":123456789012345678901234567890,"k":"\\u003a"}',
+    "[-9223372036854775809, 18446744073709551616, 18446744073709551615]",
+    "-123456789012345678901234567890",
+    '{"a":[1,{"b":-123456789012345678901234567890}],"c":2.5}',
+    "1" + "0" * 300,
+]
+
+
+@pytest.mark.parametrize("text", EXACT)
+def test_integers_beyond_64_bits_stay_exact(text: str) -> None:
+    value = loads_strict(text)
+    assert value == json.loads(text)
+    assert json.dumps(value) == json.dumps(json.loads(text))  # ints, not floats
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"n":123456789012345678901234567890,"n":1}',  # duplicate key
+        '{"n":123456789012345678901234567890, "n" : 1}',
+        '{"n":123456789012345678901234567890,"\\u006e":1}',
+        '{"n":123456789012345678901234567890,"x":NaN}',
+        '{"n":123456789012345678901234567890} x',  # trailing data
+        '{"n":123456789012345678901234567890}{"m":1}',
+        '{"n":123456789012345678901234567890,"s":"\\ud800"}',  # lone surrogate
+        '{"n":123456789012345678901234567890,"x":1e999}',
+        '{"n":0123456789012345678901234567890}',  # leading zero
+        "1" + "0" * 400,  # too long for a double, as 1e999
+        '{"n":123456789012345678901234567890,"d":' + "[" * 17 + "]" * 17 + "}",
+    ],
+)
+def test_exact_integers_keep_every_strictness_rule(text: str) -> None:
+    with pytest.raises(DecodeError):
+        loads_strict(text)
+
+
+def test_a_huge_usage_count_is_not_malformed() -> None:
+    usage = sse_event({"choices": [], "usage": {"prompt_tokens": BIG, "completion_tokens": 2}})
+    chunks = openai_sse_chunks("hi", done=False)
+    decoder = OpenAIStreamDecoder()
+    for chunk in [*chunks, usage, b"data: [DONE]\n\n"]:
+        decoder.feed(chunk)
+    assert decoder.finish().usage == Usage(BIG, 2, BIG + 2)
+    line = json.dumps({"done": True, "done_reason": "stop", "eval_count": BIG})
+    validator = OllamaLineValidator()
+    validator.feed(line)
+    assert validator.finish().usage == Usage(None, BIG, None)
+
+
+def test_invalid_utf8_next_to_a_huge_integer_is_still_refused() -> None:
+    decoder = OpenAIStreamDecoder()
+    decoder.feed(b'data: {"choices":[],"usage":{"prompt_tokens":%d,"x":"\xff"}}\n\n' % BIG)
+    with pytest.raises(DecodeError, match="invalid UTF-8"):
+        decoder.finish()
+
+
+# -- provider chunks are objects --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text", ["[]", "[{}]", '"text"', "1", "12345678901234567890123", "null", "true"]
+)
+def test_loads_object_refuses_a_top_level_value_that_is_not_an_object(text: str) -> None:
+    assert loads_strict(text) == json.loads(text)
+    with pytest.raises(DecodeError, match="where an object belongs"):
+        loads_object(text)
+
+
+def test_loads_object_applies_the_strict_rules() -> None:
+    assert loads_object('{"a":[1,2],"n":123456789012345678901234567890}') == {
+        "a": [1, 2],
+        "n": BIG,
+    }
+    for text in ['{"a":1,"a":2}', '{"a":1} x', '{"a":' * 17 + "1" + "}" * 17]:
+        with pytest.raises(DecodeError):
+            loads_object(text)

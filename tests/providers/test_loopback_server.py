@@ -8,12 +8,12 @@ import httpx
 import pytest
 import trio
 
-from turnledger.testing._loopback import (
+from turnledger.testing import (
     Abort,
-    Hang,
     LoopbackServer,
-    Pause,
     Reply,
+    Stall,
+    WritePause,
     chat_responder,
     error_reply,
     open_loopback_server,
@@ -111,7 +111,7 @@ async def test_framings_and_write_splits() -> None:
 
 async def test_abort_and_hang() -> None:
     async with open_loopback_server(
-        [Reply(body=(b"abc", Abort(), b"never")), Reply(body=(b"abc", Pause(0.01), Hang()))]
+        [Reply(body=(b"abc", Abort(), b"never")), Reply(body=(b"abc", WritePause(0.01), Stall()))]
     ) as server:
         aborted = await raw_exchange(server)
         hung = await raw_exchange(server, 0.3)

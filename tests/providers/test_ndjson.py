@@ -59,3 +59,11 @@ def test_arbitrary_bytes(data: bytes, rnd: random.Random) -> None:
     if len(data) > 1:
         for reads in random_splits(data, rnd, 3):
             assert lines(reads, limits)[:2] == whole[:2]
+
+
+def test_check_raises_the_error_left_pending_after_the_lines_returned() -> None:
+    d = NDJSONDecoder(StreamLimits(max_line_chars=10))
+    d.check()  # nothing pending
+    assert d.decode(b'{"a":1}\n' + b"x" * 11) == ['{"a":1}']
+    with pytest.raises(LimitExceeded, match="an NDJSON line is longer than 10"):
+        d.check()

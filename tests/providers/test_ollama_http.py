@@ -12,11 +12,11 @@ from turnledger import ProviderError
 from turnledger.adapters.providers import OllamaChat, OpenAIChat
 from turnledger.events import RequestId, Usage
 from turnledger.sessions import ChatMessage, ChatRequest, Completion, Provider
-from turnledger.testing._loopback import (
+from turnledger.testing import (
     Abort,
     Exchange,
-    Hang,
     Reply,
+    Stall,
     chat_responder,
     error_reply,
     ollama_json_reply,
@@ -115,7 +115,7 @@ async def test_failures(reply: Reply, reason: str) -> None:
 
 async def test_an_idle_stream_times_out() -> None:
     reply = Reply(
-        media_type="application/x-ndjson", body=(*ollama_ndjson_lines("a", done=False), Hang())
+        media_type="application/x-ndjson", body=(*ollama_ndjson_lines("a", done=False), Stall())
     )
     async with open_loopback_server(reply) as server:
         exc = await failure(ollama(server, timeout=httpx.Timeout(5.0, read=0.1)))

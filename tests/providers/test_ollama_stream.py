@@ -10,30 +10,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from turnledger import ProviderError
 from turnledger.adapters.providers import (
     OllamaResponseDecoder,
     OllamaStreamDecoder,
     StreamLimits,
 )
-from turnledger.events import DISCARD_REASONS, Usage
+from turnledger.events import Usage
 from turnledger.sessions import Completion
-from turnledger.testing._loopback import ollama_ndjson_lines
+from turnledger.testing import ollama_ndjson_lines
 
-from ._helpers import every_split, random_splits
+from ._helpers import decode_reads, every_split, random_splits
 
 
 def run(reads: list[bytes], limits: StreamLimits | None = None) -> tuple[str, Completion | str]:
-    d = OllamaStreamDecoder(limits)
-    preview = []
-    try:
-        for r in reads:
-            preview.extend(d.feed(r))
-            d.check()
-        return "".join(preview), d.finish()
-    except ProviderError as exc:
-        assert exc.reason in DISCARD_REASONS
-        return "".join(preview), exc.reason
+    """(preview delivered, completion or the failure's reason)"""
+    return decode_reads(OllamaStreamDecoder, reads, limits)
 
 
 def line(obj: Any) -> bytes:

@@ -16,11 +16,11 @@ from turnledger import ProviderError
 from turnledger.adapters.providers import OpenAIChat, RetryPolicy, StreamLimits
 from turnledger.events import RequestId, Usage
 from turnledger.sessions import ChatMessage, ChatRequest, Completion
-from turnledger.testing._loopback import (
+from turnledger.testing import (
     Abort,
-    Hang,
-    Pause,
     Reply,
+    Stall,
+    WritePause,
     error_reply,
     open_loopback_server,
     openai_error_event,
@@ -118,7 +118,7 @@ async def test_keep_alive_comments_on_a_slow_generation() -> None:
     chunks = openai_sse_chunks("slow answer", chunk_size=5)
     body: list[Any] = []
     for c in chunks:
-        body += [b": ping - 2024-01-01 00:00:00.000000+00:00\n\n", Pause(0.01), c]
+        body += [b": ping - 2024-01-01 00:00:00.000000+00:00\n\n", WritePause(0.01), c]
     async with open_loopback_server(Reply(body=tuple(body))) as server:
         assert (await complete(provider(server))).answer == "slow answer"
 
@@ -213,7 +213,7 @@ async def test_media_type_parameters_are_fine() -> None:
 
 
 async def test_an_idle_server_mid_stream_hits_the_read_timeout() -> None:
-    body = (*openai_sse_chunks("partial", finish_reason=None, done=False), Hang())
+    body = (*openai_sse_chunks("partial", finish_reason=None, done=False), Stall())
     async with open_loopback_server(Reply(body=body)) as server:
         sink = Sink()
         p = provider(server, timeout=httpx.Timeout(5.0, read=0.2))
@@ -263,7 +263,7 @@ async def test_one_byte_server_writes() -> None:
 
 
 async def test_cancelling_mid_stream_closes_the_connection() -> None:
-    body = (*openai_sse_chunks("Java", finish_reason=None, done=False), Pause(0.05), Hang())
+    body = (*openai_sse_chunks("Java", finish_reason=None, done=False), WritePause(0.05), Stall())
     async with open_loopback_server(Reply(body=body)) as server:
         p = provider(server)
         sink = Sink(cancel_after_chars=3)

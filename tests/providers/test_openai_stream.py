@@ -20,25 +20,16 @@ from turnledger.adapters.providers import (
     StreamLimits,
     parse_openai_completion,
 )
-from turnledger.events import DISCARD_REASONS, Usage
+from turnledger.events import Usage
 from turnledger.sessions import Completion
 
-from ._helpers import every_split, random_splits
+from ._helpers import decode_reads, every_split, random_splits
 from .seed_cases import CASES, chunk, content, ev
 
 
 def run(reads: list[bytes], limits: StreamLimits | None = None) -> tuple[str, Completion | str]:
     """(preview delivered, completion or the failure's reason)"""
-    d = OpenAIStreamDecoder(limits)
-    preview = []
-    try:
-        for r in reads:
-            preview.extend(d.feed(r))
-            d.check()
-        return "".join(preview), d.finish()
-    except ProviderError as exc:
-        assert exc.reason in DISCARD_REASONS
-        return "".join(preview), exc.reason
+    return decode_reads(OpenAIStreamDecoder, reads, limits)
 
 
 def body(*events: Any, done: bool = True) -> bytes:
@@ -197,7 +188,9 @@ def test_error_details_quote_only_safe_tokens() -> None:
             )
         )
     assert info.value.reason == "provider_error"
-    assert str(info.value) == "the server sent an error (type=server_error)"
+    assert str(info.value) == (
+        "the server sent an error (type=server_error, code=unknown code (20 chars))"
+    )
 
 
 def test_limits() -> None:

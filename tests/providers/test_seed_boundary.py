@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from turnledger.adapters.providers import OpenAIChat, StreamLimits
-from turnledger.testing._loopback import Exchange, LoopbackServer, Reply, error_reply
+from turnledger.testing import Exchange, LoopbackServer, Reply, error_reply
 
 from ._helpers import outcome, run_turn, seeded_state, turns
 from .seed_cases import CASES, ONE_BYTE, QUESTION, Case

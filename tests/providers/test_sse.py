@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import turnledger.sse
 from turnledger import DecodeError, LimitExceeded
-from turnledger.adapters.providers import ServerSentEvent, SSEDecoder, StreamLimits
+from turnledger.adapters.providers import NDJSONDecoder, ServerSentEvent, SSEDecoder, StreamLimits
 
 from ._helpers import every_split, random_splits
 
@@ -280,3 +280,24 @@ def test_arbitrary_bytes_raise_only_typed_errors_the_same_way_at_any_split(
     if len(data) > 1:
         for reads in random_splits(data, rnd, 3):
             assert result(reads, small) == whole
+
+
+def test_check_raises_the_error_left_pending_after_the_events_returned() -> None:
+    d = SSEDecoder(StreamLimits(max_line_chars=10))
+    d.check()  # nothing pending
+    events = d.decode("data: a\n\n" + "x" * 11 + "\n")
+    assert events == [E("a")]
+    with pytest.raises(LimitExceeded, match="an SSE line is longer than 10"):
+        d.check()
+    with pytest.raises(LimitExceeded):
+        d.decode("data: b\n\n")
+
+
+def test_a_cr_then_an_lf_in_the_next_read_is_one_line_end_for_sse_only() -> None:
+    sse = SSEDecoder()
+    assert sse.decode("data: a\r") == []
+    assert sse.decode("\n") == []  # the CR's LF, not a blank line
+    assert sse.decode("\r\n") == [E("a")]
+    nd = NDJSONDecoder()
+    assert nd.decode_text('{"a":1}\r') == []  # a CR alone ends no NDJSON line
+    assert nd.decode_text("\n") == ['{"a":1}\r']

@@ -38,14 +38,14 @@ from turnledger.sessions import (
     open_hub,
 )
 from turnledger.sessions._runtime._log import EVENTS, FIELDS
-from turnledger.testing import MemoryStore
-from turnledger.testing._scripted import (
+from turnledger.testing import (
     Begin,
     Chunk,
     Fail,
     Finish,
     Hang,
     Hook,
+    MemoryStore,
     ScriptedProvider,
     Step,
 )

@@ -26,7 +26,7 @@ from turnledger.sessions import (
     Turn,
     open_hub,
 )
-from turnledger.testing._scripted import (
+from turnledger.testing import (
     Begin,
     Chunk,
     Fail,

@@ -10,7 +10,7 @@ import trio
 
 from turnledger.events import TurnCommitted, TurnRejected, TurnSubmitted
 from turnledger.sessions import ChatRequest, CommittedResult, RejectedResult, open_hub
-from turnledger.testing._scripted import Begin, Chunk, Finish, ScriptedProvider, Step
+from turnledger.testing import Begin, Chunk, Finish, ScriptedProvider, Step
 
 from ._helpers import HookedStore, events_of
 

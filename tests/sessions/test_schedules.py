@@ -44,7 +44,7 @@ from turnledger.sessions import (
     open_hub,
     replay,
 )
-from turnledger.testing._scripted import Begin, Chunk, Fail, Finish, ScriptedProvider, Step
+from turnledger.testing import Begin, Chunk, Fail, Finish, ScriptedProvider, Step
 
 from ._helpers import HookedStore
 

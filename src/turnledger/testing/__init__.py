@@ -3,10 +3,18 @@
 - :class:`ScriptedProvider` and its steps: an in-process provider that plays a
   script per request, so tests can force every race.
 - :class:`LoopbackServer` / :func:`open_loopback_server`: a real HTTP/1.1
-  server on 127.0.0.1 that speaks the OpenAI SSE and Ollama NDJSON protocols
-  from a script, faults included, with reply builders. In a :class:`Reply`
-  body, :class:`WritePause` pauses the writes, :class:`Stall` stops writing
-  and keeps the connection open, :class:`Abort` closes it.
+  server on 127.0.0.1 that plays a :data:`ReplyScript`, faults included. In
+  a :class:`Reply` body, :class:`WritePause` pauses the writes,
+  :class:`Stall` stops writing and keeps the connection open, :class:`Abort`
+  closes it.
+- Reply builders for what OpenAI-compatible servers and Ollama send
+  (:func:`openai_stream_reply`, :func:`ollama_stream_reply`,
+  :func:`error_reply`, :func:`chat_responder`, ...).
+
+The scripted provider's steps and the loopback server's body parts are
+different things with different names: :class:`Pause` and :class:`Hang` are
+steps of a :class:`ScriptedProvider` :data:`Script`; :class:`WritePause` and
+:class:`Stall` are parts of a :class:`Reply` body.
 - :class:`EventStoreContract`: the contract suite every event store passes.
 - :class:`MemoryStore`: the in-memory store.
 """
@@ -20,20 +28,24 @@ from ._loopback import (
     Exchange,
     LoopbackServer,
     Reply,
+    ReplyScript,
+    Responder,
+    Stall,
+    WritePause,
+    open_loopback_server,
+)
+from ._replies import (
     chat_responder,
     error_reply,
     ollama_json_reply,
     ollama_ndjson_lines,
     ollama_stream_reply,
-    open_loopback_server,
     openai_error_event,
     openai_json_reply,
     openai_sse_chunks,
     openai_stream_reply,
     sse_event,
 )
-from ._loopback import Hang as Stall
-from ._loopback import Pause as WritePause
 from ._samples import sample_events
 from ._scripted import (
     Begin,
@@ -68,6 +80,8 @@ __all__ = [
     "MemoryStore",
     "Pause",
     "Reply",
+    "ReplyScript",
+    "Responder",
     "Script",
     "ScriptedProvider",
     "Stall",

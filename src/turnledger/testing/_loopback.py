@@ -3,9 +3,10 @@
 It speaks whatever its script says, so it can play an OpenAI-compatible
 server (SSE), Ollama (NDJSON), or a broken one: any status, headers and
 media type; a body as chunks with pauses; writes split into pieces of N
-bytes; an abrupt close; a hang before the headers or mid-stream. Requests
+bytes; an abrupt close; a stall before the headers or mid-stream. Requests
 are parsed with h11; responses are written by hand so that the framing
-itself can be scripted (chunked, Content-Length, or close-delimited).
+itself can be scripted (chunked, Content-Length, or close-delimited). The
+replies of real servers are built by :mod:`._replies`.
 
 Run it inside a trio nursery::
 
@@ -18,13 +19,16 @@ fixture, a demo)::
     with LoopbackServer(chat_responder("Hi!")).start_in_thread() as server:
         ...
 
-A script is a :class:`Reply` (served to every request), a sequence of
-replies (served in order; when it runs out, a plain-text 503), or a function
-of the :class:`Exchange` (the request as received) returning a reply. More
-replies can be queued at any time with :meth:`LoopbackServer.enqueue`.
-Every exchange is recorded in :attr:`LoopbackServer.exchanges`: method, path,
-headers, body, and how it ended (completed, aborted by the script, or the
-client went away: :attr:`Exchange.client_disconnected`).
+A :data:`ReplyScript` is a :class:`Reply` (served to every request), a
+sequence of replies (served in order; when it runs out, a plain-text 503),
+or a :data:`Responder`, a function of the :class:`Exchange` (the request as
+received) returning a reply. More replies can be queued at any time with
+:meth:`LoopbackServer.enqueue`. In a reply's body, :class:`WritePause`
+pauses the writes, :class:`Stall` stops writing and keeps the connection
+open, :class:`Abort` closes it. Every exchange is recorded in
+:attr:`LoopbackServer.exchanges`: method, path, headers, body, and how it
+ended (completed, aborted by the script, or the client went away:
+:attr:`Exchange.client_disconnected`).
 """
 
 from __future__ import annotations
@@ -43,23 +47,14 @@ import trio
 __all__ = [
     "Abort",
     "Exchange",
-    "Hang",
     "LoopbackServer",
-    "Pause",
+    "Part",
     "Reply",
+    "ReplyScript",
     "Responder",
-    "Script",
-    "chat_responder",
-    "error_reply",
-    "ollama_json_reply",
-    "ollama_ndjson_lines",
-    "ollama_stream_reply",
+    "Stall",
+    "WritePause",
     "open_loopback_server",
-    "openai_error_event",
-    "openai_json_reply",
-    "openai_sse_chunks",
-    "openai_stream_reply",
-    "sse_event",
 ]
 
 _MAX_REQUEST_BODY = 16 * 1024 * 1024
@@ -69,14 +64,14 @@ _MAX_REQUEST_BODY = 16 * 1024 * 1024
 
 
 @attrs.frozen
-class Pause:
+class WritePause:
     """Stop writing for ``seconds``."""
 
     seconds: float
 
 
 @attrs.frozen
-class Hang:
+class Stall:
     """Stop writing and keep the connection open until the client goes away."""
 
 
@@ -85,7 +80,7 @@ class Abort:
     """Close the connection at once, mid-body (no terminating chunk)."""
 
 
-Part: TypeAlias = bytes | Pause | Hang | Abort
+Part: TypeAlias = bytes | WritePause | Stall | Abort
 
 
 def _parts(body: Iterable[Part | str]) -> tuple[Part, ...]:
@@ -104,7 +99,7 @@ class Reply:
         status: the status code.
         media_type: the ``Content-Type`` (``None``: no such header).
         body: what to write, in order: bytes (or str, UTF-8 encoded),
-            :class:`Pause`, :class:`Hang`, :class:`Abort`.
+            :class:`WritePause`, :class:`Stall`, :class:`Abort`.
         headers: further headers, in order.
         framing: ``chunked`` (each bytes part is one chunk), ``length``
             (``Content-Length`` of all bytes parts; an :class:`Abort`
@@ -173,7 +168,7 @@ class Exchange:
 
 
 Responder: TypeAlias = Callable[[Exchange], Reply]
-Script: TypeAlias = Reply | Sequence[Reply] | Responder
+ReplyScript: TypeAlias = Reply | Sequence[Reply] | Responder
 
 
 def _exhausted() -> Reply:
@@ -183,265 +178,6 @@ def _exhausted() -> Reply:
         body=(b"loopback: the script has no reply for this request\n",),
         framing="length",
     )
-
-
-# --- builders ----------------------------------------------------------------
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def sse_event(data: str | Any, *, event: str | None = None, id: str | None = None) -> bytes:
-    """One SSE event: ``data`` (a string, or a value written as JSON) on
-    ``data:`` lines, then a blank line."""
-    text = data if isinstance(data, str) else _dumps(data)
-    lines = []
-    if event is not None:
-        lines.append(f"event: {event}")
-    if id is not None:
-        lines.append(f"id: {id}")
-    lines.extend(f"data: {line}" for line in text.split("\n"))
-    return ("\n".join(lines) + "\n\n").encode()
-
-
-def _pieces(text: str, size: int) -> list[str]:
-    if size < 1:
-        msg = "chunk_size must be positive"
-        raise ValueError(msg)
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def openai_sse_chunks(
-    text: str,
-    *,
-    finish_reason: str | None = "stop",
-    chunk_size: int = 4,
-    model: str = "loopback",
-    usage: tuple[int, int] | None = None,
-    done: bool = True,
-    role_chunk: bool = True,
-    id: str = "chatcmpl-loopback",
-) -> list[bytes]:
-    """An OpenAI chat completion stream for ``text``, one SSE event per item:
-    a role delta, content deltas of ``chunk_size`` characters, a finish
-    chunk, an optional usage frame (``choices: []``), then ``[DONE]``."""
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return sse_event(
-            {
-                "id": id,
-                "object": "chat.completion.chunk",
-                "created": 1700000000,
-                "model": model,
-                "choices": [
-                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-                ],
-            }
-        )
-
-    out = []
-    if role_chunk:
-        out.append(chunk({"role": "assistant", "content": ""}))
-    out.extend(chunk({"content": piece}) for piece in _pieces(text, chunk_size))
-    if finish_reason is not None:
-        out.append(chunk({}, finish_reason))
-    if usage is not None:
-        prompt, completion = usage
-        out.append(
-            sse_event(
-                {
-                    "id": id,
-                    "object": "chat.completion.chunk",
-                    "created": 1700000000,
-                    "model": model,
-                    "choices": [],
-                    "usage": {
-                        "prompt_tokens": prompt,
-                        "completion_tokens": completion,
-                        "total_tokens": prompt + completion,
-                    },
-                }
-            )
-        )
-    if done:
-        out.append(b"data: [DONE]\n\n")
-    return out
-
-
-def openai_error_event(message: str = "the model failed", *, code: str = "server_error") -> bytes:
-    """An ``{"error": ...}`` SSE event, as servers send after a 200."""
-    return sse_event({"error": {"message": message, "type": code, "code": code}})
-
-
-def openai_stream_reply(text: str, **kwargs: Any) -> Reply:
-    """A 200 ``text/event-stream`` reply streaming ``text``
-    (``kwargs``: of :func:`openai_sse_chunks` and of :class:`Reply`)."""
-    reply_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in _REPLY_FIELDS}
-    return Reply(body=tuple(openai_sse_chunks(text, **kwargs)), **reply_kw)
-
-
-def openai_json_reply(
-    text: str, *, finish_reason: str | None = "stop", model: str = "loopback"
-) -> Reply:
-    """A non-streamed 200 ``application/json`` chat completion."""
-    body = {
-        "id": "chatcmpl-loopback",
-        "object": "chat.completion",
-        "created": 1700000000,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish_reason,
-            }
-        ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }
-    return Reply(media_type="application/json", body=(_dumps(body).encode(),), framing="length")
-
-
-def ollama_ndjson_lines(
-    text: str,
-    *,
-    done_reason: str | None = "stop",
-    chunk_size: int = 4,
-    model: str = "loopback",
-    done: bool = True,
-) -> list[bytes]:
-    """An Ollama ``/api/chat`` stream for ``text``: one JSON line per piece,
-    then the ``done: true`` line (unless ``done`` is false)."""
-    stamp = "2024-01-01T00:00:00.000000Z"
-    out = [
-        (
-            _dumps(
-                {
-                    "model": model,
-                    "created_at": stamp,
-                    "message": {"role": "assistant", "content": piece},
-                    "done": False,
-                }
-            )
-            + "\n"
-        ).encode()
-        for piece in _pieces(text, chunk_size)
-    ]
-    if done:
-        last: dict[str, Any] = {
-            "model": model,
-            "created_at": stamp,
-            "message": {"role": "assistant", "content": ""},
-            "done": True,
-        }
-        if done_reason is not None:
-            last["done_reason"] = done_reason
-        last.update(prompt_eval_count=10, eval_count=len(out), total_duration=1000)
-        out.append((_dumps(last) + "\n").encode())
-    return out
-
-
-def ollama_stream_reply(text: str, **kwargs: Any) -> Reply:
-    """A 200 ``application/x-ndjson`` reply streaming ``text``."""
-    reply_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in _REPLY_FIELDS}
-    return Reply(
-        media_type="application/x-ndjson",
-        body=tuple(ollama_ndjson_lines(text, **kwargs)),
-        **reply_kw,
-    )
-
-
-def ollama_json_reply(
-    text: str, *, done_reason: str | None = "stop", model: str = "loopback"
-) -> Reply:
-    """A non-streamed 200 ``/api/chat`` response."""
-    body: dict[str, Any] = {
-        "model": model,
-        "created_at": "2024-01-01T00:00:00Z",
-        "message": {"role": "assistant", "content": text},
-        "done": True,
-        "prompt_eval_count": 10,
-        "eval_count": 5,
-    }
-    if done_reason is not None:
-        body["done_reason"] = done_reason
-    return Reply(media_type="application/json", body=(_dumps(body).encode(),), framing="length")
-
-
-def error_reply(
-    status: int,
-    body: str | bytes = '{"error":{"message":"error","type":"server_error"}}',
-    *,
-    media_type: str = "application/json",
-    headers: Sequence[tuple[str, str]] = (),
-) -> Reply:
-    """A non-2xx reply with a small body."""
-    data = body.encode() if isinstance(body, str) else body
-    return Reply(
-        status=status, media_type=media_type, body=(data,), headers=list(headers), framing="length"
-    )
-
-
-_REPLY_FIELDS = frozenset(a.name for a in attrs.fields(Reply)) - {"body", "media_type"}
-
-
-def chat_responder(
-    answer: str | Sequence[str] | Callable[[list[dict[str, Any]]], str],
-    *,
-    chunk_size: int = 8,
-    pause: float = 0.0,
-) -> Responder:
-    """A responder that answers any chat request in the protocol it came in.
-
-    ``POST .../chat/completions`` gets an OpenAI reply, ``POST /api/chat`` an
-    Ollama one; streamed or not as the request's ``"stream"`` says.
-
-    Args:
-        answer: the answer text; a sequence (one per request, in order; the
-            last repeats); or a function of the request's messages.
-        chunk_size: characters per streamed delta.
-        pause: seconds between two streamed deltas.
-    """
-    answers: collections.deque[str] | None = None
-    if not isinstance(answer, str) and not callable(answer):
-        answers = collections.deque(answer)
-    lock = threading.Lock()
-
-    def text_for(messages: list[dict[str, Any]]) -> str:
-        if isinstance(answer, str):
-            return answer
-        if answers is not None:
-            with lock:
-                return answers.popleft() if len(answers) > 1 else answers[0]
-        assert callable(answer)
-        return answer(messages)
-
-    def respond(exchange: Exchange) -> Reply:
-        try:
-            request = exchange.json()
-        except ValueError:
-            return error_reply(400, '{"error":"the body is not JSON"}')
-        stream = request.get("stream", True) is not False
-        text = text_for(request.get("messages", []))
-        if exchange.path.endswith("/chat/completions"):
-            if not stream:
-                return openai_json_reply(text)
-            parts = openai_sse_chunks(text, chunk_size=chunk_size)
-        elif exchange.path == "/api/chat":
-            if not stream:
-                return ollama_json_reply(text)
-            parts = ollama_ndjson_lines(text, chunk_size=chunk_size)
-        else:
-            return error_reply(404, '{"error":"not found"}')
-        body: list[Part] = []
-        for part in parts:
-            if pause and body:
-                body.append(Pause(pause))
-            body.append(part)
-        media = "text/event-stream" if exchange.path != "/api/chat" else "application/x-ndjson"
-        return Reply(media_type=media, body=tuple(body))
-
-    return respond
 
 
 # --- the server ----------------------------------------------------------------
@@ -460,7 +196,9 @@ class LoopbackServer:
         port: 0 picks a free port.
     """
 
-    def __init__(self, script: Script | None = None, *, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, script: ReplyScript | None = None, *, host: str = "127.0.0.1", port: int = 0
+    ):
         self._host = host
         self._port = port
         self._lock = threading.Lock()
@@ -643,9 +381,9 @@ class LoopbackServer:
                     continue
                 wire = b"%x\r\n%s\r\n" % (len(part), part) if chunked else part
                 await _send_all(stream, wire, size, pause)
-            elif isinstance(part, Pause):
+            elif isinstance(part, WritePause):
                 await trio.sleep(part.seconds)
-            elif isinstance(part, Hang):
+            elif isinstance(part, Stall):
                 await trio.sleep_forever()
             else:
                 exchange.aborted = True
@@ -694,7 +432,7 @@ class LoopbackServer:
 
 @asynccontextmanager
 async def open_loopback_server(
-    script: Script | None = None, *, host: str = "127.0.0.1", port: int = 0
+    script: ReplyScript | None = None, *, host: str = "127.0.0.1", port: int = 0
 ) -> AsyncIterator[LoopbackServer]:
     """Run a :class:`LoopbackServer` in a nursery for the ``async with`` block.
 

@@ -4,7 +4,7 @@ Layers, each pure and separately usable (they import no trio, httpx or
 structlog)::
 
     bytes --Utf8Decoder--> text --SSEDecoder / NDJSONDecoder--> frames
-          --loads_strict--> JSON --OpenAIChunkValidator / OllamaLineValidator--> turn
+          --loads_object--> JSON --OpenAIChunkValidator / OllamaLineValidator--> turn
 
 ``OpenAIStreamDecoder`` and ``OllamaStreamDecoder`` compose them (bytes in,
 preview text out, a ``Completion`` or a typed error at the end). The httpx
@@ -14,7 +14,8 @@ so that importing a pure layer does not import httpx.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from ._limits import StreamLimits
 from ._ndjson import NDJSONDecoder
@@ -28,10 +29,10 @@ from ._openai_chunks import (
 from ._retry import RetryPolicy, parse_retry_after
 from ._sse import ServerSentEvent, SSEDecoder
 from ._stream import ResponseDecoder
-from ._strict_json import loads_strict
+from ._strict_json import loads_object, loads_strict
 from ._utf8 import Utf8Decoder
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from ._http import map_httpx_error
     from .ollama import OllamaChat
     from .openai import OpenAIChat
@@ -52,6 +53,7 @@ __all__ = [
     "ServerSentEvent",
     "StreamLimits",
     "Utf8Decoder",
+    "loads_object",
     "loads_strict",
     "map_httpx_error",
     "parse_openai_completion",
@@ -65,7 +67,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         msg = f"module {__name__!r} has no attribute {name!r}"

@@ -32,7 +32,7 @@ from ...sessions._ports import ChatRequest, Completion, StreamSink
 from ...sessions._request import JsonChatEncoder
 from ._limits import StreamLimits
 from ._retry import RetryPolicy
-from ._stream import BodyDecoder, ResponseDecoder, _safe
+from ._stream import MEDIA_TYPES, BodyDecoder, ResponseDecoder, describe
 
 __all__ = ["ChatTransport", "Secret", "map_httpx_error"]
 
@@ -93,6 +93,18 @@ class Secret:
     def __reduce__(self) -> Any:
         msg = "a Secret cannot be pickled"
         raise TypeError(msg)
+
+
+def _quotes(exc: BaseException, secret: str) -> bool:
+    # Whether the message of ``exc`` or of an exception in its chain holds ``secret``.
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if secret in str(current) or secret in repr(current.args):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def media_type(response: httpx.Response) -> str:
@@ -165,6 +177,7 @@ class ChatTransport:
             log.debug("provider_request", attempt=attempt, request_bytes=len(body), **self._where)
             retry_after: str | None = None
             streaming = False
+            hidden = False
             try:
                 async with self._client.stream(
                     "POST", self.url, content=body, headers=headers
@@ -175,7 +188,7 @@ class ChatTransport:
                         "provider_response",
                         attempt=attempt,
                         status=status,
-                        media_type=_safe(kind) or "(none or invalid)",
+                        media_type=describe(kind, "media type", MEDIA_TYPES),
                     )
                     if not 200 <= status < 300:
                         retry_after = response.headers.get("retry-after")
@@ -185,7 +198,7 @@ class ChatTransport:
                             raise failure
                     elif kind not in media_types:
                         raise StreamProtocolError(
-                            f"unexpected media type {_safe(kind) or '(none or invalid)'}, "
+                            f"unexpected media type {describe(kind, 'media type', MEDIA_TYPES)}, "
                             f"expected {' or '.join(media_types)}"
                         )
                     else:
@@ -194,7 +207,14 @@ class ChatTransport:
             except httpx.HTTPError as exc:
                 failure = map_httpx_error(exc)
                 if streaming or self._retry is None or not isinstance(exc, _RETRYABLE):
-                    raise failure from exc
+                    if self._api_key is None or not _quotes(exc, self._api_key.reveal()):
+                        raise failure from exc
+                    hidden = True
+            if hidden or self._retry is None:
+                # h11 quotes a malformed header it received: a server that
+                # echoes the key there must not get it into a traceback, so
+                # the failure is raised outside the handler, with no chain.
+                raise failure
             delay = self._retry.delay(
                 attempt, retry_after=retry_after, now=time.time(), uniform=self._rng.random()
             )
@@ -246,7 +266,7 @@ class ChatTransport:
             "provider_response_ended",
             bytes=decoder.bytes_read,
             answer_chars=len(completion.answer),
-            finish_reason=_safe(completion.finish_reason),
+            finish_reason=completion.finish_reason,
         )
         return completion
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..._errors import LimitExceeded, ProviderError
 from ._limits import StreamLimits
+from ._lines import LineSplitter
 from ._utf8 import Utf8Decoder
 
 __all__ = ["NDJSONDecoder"]
@@ -33,15 +34,13 @@ class NDJSONDecoder:
         limits: uses ``max_line_chars`` and ``max_events`` (lines).
     """
 
-    __slots__ = ("_error", "_lines", "_max_line", "_max_lines", "_partial", "_partial_len", "_utf8")
+    __slots__ = ("_error", "_lines", "_max_lines", "_splitter", "_utf8")
 
     def __init__(self, limits: StreamLimits | None = None) -> None:
         lim = limits or _DEFAULT_LIMITS
-        self._max_line = lim.max_line_chars
+        self._splitter = LineSplitter(lim.max_line_chars, "an NDJSON line", cr=False)
         self._max_lines = lim.max_events
         self._utf8 = Utf8Decoder()
-        self._partial: list[str] = []
-        self._partial_len = 0
         self._lines = 0
         self._error: ProviderError | None = None
 
@@ -51,15 +50,19 @@ class NDJSONDecoder:
 
     def flush(self) -> list[str]:
         """End of stream. An unterminated last line is dropped (see :attr:`dropped`)."""
-        if self._error is not None:
-            raise self._error
+        self.check()
         self._utf8.flush()
         return []
+
+    def check(self) -> None:
+        """Raise the error left pending after the lines last returned, if any."""
+        if self._error is not None:
+            raise self._error
 
     @property
     def dropped(self) -> bool:
         """True if an unterminated, non-blank line is buffered."""
-        return any(p.strip() for p in self._partial)
+        return bool(self._splitter.tail.strip())
 
     def decode_text(self, text: str) -> list[str]:
         """Feed decoded text."""
@@ -67,42 +70,18 @@ class NDJSONDecoder:
             raise self._error
         if not text:
             return []
-        pieces = text.split("\n")
-        tail = pieces.pop()
-        if self._partial:
-            if not pieces:
-                self._partial.append(tail)
-                self._partial_len += len(tail)
-                if self._partial_len > self._max_line:
-                    self._error = self._too_long()
-                    raise self._error
-                return []
-            self._partial.append(pieces[0])
-            pieces[0] = "".join(self._partial)
-            self._partial = []
-            self._partial_len = 0
+        splitter = self._splitter
         out: list[str] = []
-        try:
-            for line in pieces:
-                if len(line) > self._max_line:
-                    raise self._too_long()
-                if not line or line.isspace():
-                    continue
-                self._lines += 1
-                if self._lines > self._max_lines:
-                    raise LimitExceeded(f"more than {self._max_lines} NDJSON lines")
+        for line in splitter.split(text):
+            if line and not line.isspace():  # blank lines are skipped
                 out.append(line)
-            if tail:
-                if len(tail) > self._max_line:
-                    raise self._too_long()
-                self._partial.append(tail)
-                self._partial_len = len(tail)
-        except ProviderError as exc:
-            self._error = exc
-            if out:
-                return out
-            raise
+        self._lines += len(out)
+        error = splitter.error
+        if self._lines > self._max_lines:
+            del out[len(out) - (self._lines - self._max_lines) :]
+            error = LimitExceeded(f"more than {self._max_lines} NDJSON lines")
+        if error is not None:
+            self._error = error
+            if not out:
+                raise error
         return out
-
-    def _too_long(self) -> LimitExceeded:
-        return LimitExceeded(f"an NDJSON line is longer than {self._max_line} characters")

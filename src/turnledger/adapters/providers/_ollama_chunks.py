@@ -29,16 +29,18 @@ from ...sessions._ports import Completion
 from ._limits import StreamLimits
 from ._ndjson import NDJSONDecoder
 from ._stream import (
+    ROLES,
     BodyDecoder,
     ResponseDecoder,
-    _safe,
+    describe,
     incomplete,
+    known_finish_reason,
     malformed,
     protocol,
     provider_error,
     usage_from,
 )
-from ._strict_json import loads_strict
+from ._strict_json import loads_object
 
 __all__ = ["OllamaLineValidator", "OllamaResponseDecoder", "OllamaStreamDecoder"]
 
@@ -65,9 +67,7 @@ class OllamaLineValidator:
     def feed(self, line: str) -> str:
         if self._done:
             raise protocol("data after the done line")
-        obj = loads_strict(line, max_depth=self._depth)
-        if type(obj) is not dict:
-            raise malformed("a line is not a JSON object")
+        obj = loads_object(line, max_depth=self._depth)
         if "error" in obj:
             raise provider_error(obj["error"])
         text = ""
@@ -79,7 +79,7 @@ class OllamaLineValidator:
                 raise protocol("a tool call is not a plain-text answer")
             role = message.get("role")
             if role is not None and role != "assistant":
-                raise protocol(f"a message with role {_safe(role) or '(invalid)'}")
+                raise protocol(f"a message with role {describe(role, 'role', ROLES)}")
             content = message.get("content")
             if content is not None:
                 if type(content) is not str:
@@ -112,7 +112,7 @@ class OllamaLineValidator:
         usage = self._usage
         if usage == Usage():
             usage = None
-        return Completion("".join(self._parts), self._finish, usage)
+        return Completion("".join(self._parts), known_finish_reason(self._finish), usage)
 
 
 class OllamaStreamDecoder(ResponseDecoder):
@@ -133,7 +133,7 @@ class OllamaStreamDecoder(ResponseDecoder):
             piece = feed(line)
             if piece:
                 out.append(piece)
-        self._lines.decode_text("")
+        self._lines.check()  # an error the NDJSON layer left pending after these lines
 
     def _finish(self) -> Completion:
         self._lines.flush()

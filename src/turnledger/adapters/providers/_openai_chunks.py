@@ -56,16 +56,19 @@ from ...sessions._ports import Completion
 from ._limits import StreamLimits
 from ._sse import ServerSentEvent, SSEDecoder
 from ._stream import (
+    ROLES,
+    SSE_EVENT_TYPES,
     BodyDecoder,
     ResponseDecoder,
-    _safe,
+    describe,
     incomplete,
+    known_finish_reason,
     malformed,
     protocol,
     provider_error,
     usage_from,
 )
-from ._strict_json import loads_strict
+from ._strict_json import loads_object
 
 __all__ = [
     "OpenAIChunkValidator",
@@ -92,8 +95,7 @@ def _check_tools(obj: dict[str, Any]) -> None:
 
 def _check_role(role: Any) -> None:
     if role is not None and role != "assistant":
-        token = _safe(role)
-        raise protocol(f"a message with role {token or '(invalid)'}")
+        raise protocol(f"a message with role {describe(role, 'role', ROLES)}")
 
 
 class OpenAIChunkValidator:
@@ -130,17 +132,15 @@ class OpenAIChunkValidator:
         if event.event != "message":
             if event.event == "error":
                 raise provider_error(None)
-            token = _safe(event.event)
-            raise protocol(f"an SSE event of type {token or '(invalid)'}")
+            kind = describe(event.event, "event type", SSE_EVENT_TYPES)
+            raise protocol(f"an SSE event of type {kind}")
         data = event.data
         if data == "[DONE]":
             self._done = True
             if self._finish is None:
                 raise incomplete("[DONE] before any finish_reason: the answer was cut short")
             return ""
-        obj = loads_strict(data, max_depth=self._depth)
-        if type(obj) is not dict:
-            raise malformed("a chunk is not a JSON object")
+        obj = loads_object(data, max_depth=self._depth)
         if "error" in obj:
             raise provider_error(obj["error"])
         usage = obj.get("usage")
@@ -196,7 +196,7 @@ class OpenAIChunkValidator:
             if self._finish is not None:
                 raise incomplete("the stream ended after the finish_reason but before [DONE]")
             raise incomplete("the stream ended before a finish_reason and [DONE]")
-        return Completion("".join(self._parts), self._finish, self._usage)
+        return Completion("".join(self._parts), known_finish_reason(self._finish), self._usage)
 
 
 def _the_choice(choice: Any) -> dict[str, Any]:
@@ -250,8 +250,7 @@ class OpenAIStreamDecoder(ResponseDecoder):
             piece = feed(event)
             if piece:
                 out.append(piece)
-        if sse._error is not None:  # left pending by the SSE layer after these events
-            raise sse._error
+        sse.check()  # an error the SSE layer left pending after these events
 
     def _finish(self) -> Completion:
         self._sse.flush()
@@ -261,9 +260,7 @@ class OpenAIStreamDecoder(ResponseDecoder):
 def parse_openai_completion(text: str, limits: StreamLimits | None = None) -> Completion:
     """A non-streamed ``chat.completion`` body (one JSON object)."""
     lim = limits or StreamLimits()
-    obj = loads_strict(text, max_depth=lim.max_json_depth)
-    if type(obj) is not dict:
-        raise malformed("the response is not a JSON object")
+    obj = loads_object(text, max_depth=lim.max_json_depth)
     if "error" in obj:
         raise provider_error(obj["error"])
     choices = obj.get("choices")
@@ -287,7 +284,7 @@ def parse_openai_completion(text: str, limits: StreamLimits | None = None) -> Co
     finish = choice.get("finish_reason")
     if finish is not None and type(finish) is not str:
         raise malformed("finish_reason is not a string")
-    return Completion(content, finish, _usage(obj.get("usage")))
+    return Completion(content, known_finish_reason(finish), _usage(obj.get("usage")))
 
 
 class OpenAIResponseDecoder(BodyDecoder):

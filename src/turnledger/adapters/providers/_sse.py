@@ -24,8 +24,13 @@ side effects, which is a decision for the caller.
 Limits (``StreamLimits``): characters per line, characters per event's data,
 number of events dispatched. Errors are reported in stream order: events that
 complete before the offending line are returned first, and the error is
-raised by the next call. The decoder fails fast: once it raised, it raises
-the same error on every call.
+raised by the next call, or at once by :meth:`SSEDecoder.check`. The
+decoder fails fast: once it raised, it raises the same error on every call.
+
+Structure: ``decode_text`` is the fast path for a read that is exactly one
+``data: ...`` event and hands any other read to ``_decode_lines``, where
+:class:`~._lines.LineSplitter` (shared with NDJSON) cuts the text into lines
+and ``_interpret`` applies the field rules to them.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import NamedTuple
 
 from ..._errors import LimitExceeded, ProviderError
 from ._limits import StreamLimits
+from ._lines import LineSplitter
 from ._utf8 import Utf8Decoder
 
 __all__ = ["SSEDecoder", "ServerSentEvent"]
@@ -86,7 +92,6 @@ class SSEDecoder:
     """
 
     __slots__ = (
-        "_after_cr",
         "_data",
         "_data_len",
         "_error",
@@ -95,12 +100,10 @@ class SSEDecoder:
         "_fast_max",
         "_fields",
         "_last_id",
+        "_lines",
         "_max_event",
         "_max_events",
-        "_max_line",
         "_mode",
-        "_partial",
-        "_partial_len",
         "_quiet",
         "_retry",
         "_retry_now",
@@ -110,15 +113,12 @@ class SSEDecoder:
 
     def __init__(self, limits: StreamLimits | None = None) -> None:
         lim = limits or _DEFAULT_LIMITS
-        self._max_line = lim.max_line_chars
+        self._lines = LineSplitter(lim.max_line_chars, "an SSE line", cr=True)
         self._max_event = lim.max_event_chars
         self._max_events = lim.max_events
         self._utf8 = Utf8Decoder()
         self._mode: type | None = None
         self._started = False  # the first character (a BOM?) was seen
-        self._after_cr = False  # the last text ended with CR: skip a leading LF
-        self._partial: list[str] = []  # an unterminated line
-        self._partial_len = 0
         self._data: list[str] = []  # data lines of the event being built
         self._data_len = 0
         self._event_type = ""
@@ -131,7 +131,7 @@ class SSEDecoder:
         # Nothing buffered, BOM handled, no CR pending: a read holding exactly
         # one ``data: ...`` event can take the fast path in decode_text.
         self._quiet = False
-        self._fast_max = min(self._max_line - 6, self._max_event)
+        self._fast_max = min(lim.max_line_chars - 6, self._max_event)
 
     # -- public ---------------------------------------------------------------
 
@@ -156,17 +156,21 @@ class SSEDecoder:
         Returns:
             Always an empty list: nothing completes at the end of a stream.
         """
-        if self._error is not None:
-            raise self._error
+        self.check()
         if self._mode is bytes:
             self._utf8.flush()
         return []
+
+    def check(self) -> None:
+        """Raise the error left pending after the events last returned, if any."""
+        if self._error is not None:
+            raise self._error
 
     @property
     def dropped(self) -> bool:
         """True if input is buffered that a blank line has not yet ended
         (after :meth:`flush`: an unterminated event was dropped)."""
-        return bool(self._partial or self._data or self._fields)
+        return bool(self._lines.tail or self._data or self._fields)
 
     @property
     def last_event_id(self) -> str:
@@ -188,8 +192,9 @@ class SSEDecoder:
     def decode_text(self, text: str) -> list[ServerSentEvent]:
         """Feed decoded text (what :meth:`decode` does after UTF-8)."""
         if self._quiet and text.startswith("data: ") and text.endswith("\n\n"):
-            # The common read of a live stream: one whole single-line event.
-            # Same result as the general path below, in a third of the time.
+            # The fast path: the common read of a live stream is one whole
+            # single-line event with nothing buffered. Same result as the
+            # line path, in a third of the time.
             payload = text[6:-2]
             if (
                 len(payload) <= self._fast_max
@@ -199,6 +204,10 @@ class SSEDecoder:
             ):
                 self._events += 1
                 return [_new_event(ServerSentEvent, (payload, "message", self._last_id, None))]
+        return self._decode_lines(text)
+
+    def _decode_lines(self, text: str) -> list[ServerSentEvent]:
+        # The general path: BOM, lines, fields; errors in stream order.
         if self._error is not None:
             raise self._error
         if not text:
@@ -209,36 +218,27 @@ class SSEDecoder:
                 text = text[1:]
                 if not text:
                     return []
-        if self._after_cr:
-            self._after_cr = False
-            if text[0] == "\n":
-                text = text[1:]
-                if not text:
-                    return []
-        if "\r" in text:
-            self._after_cr = text[-1] == "\r"
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
-        lines = text.split("\n")
-        tail = lines.pop()
-        max_line = self._max_line
-        if self._partial:
-            if not lines:
-                self._partial.append(tail)
-                self._partial_len += len(tail)
-                if self._partial_len > max_line:
-                    self._error = self._line_too_long()
-                    raise self._error
-                return []
-            self._partial.append(lines[0])
-            lines[0] = "".join(self._partial)
-            self._partial = []
-            self._partial_len = 0
-            if len(lines[0]) > max_line:
-                self._error = self._line_too_long()
-                raise self._error
-        # No line of this text is too long if the text is not.
-        check = len(text) > max_line
+        splitter = self._lines
         events: list[ServerSentEvent] = []
+        try:
+            lines = splitter.split(text)
+            if lines:
+                self._interpret(lines, events)
+            if splitter.error is not None:
+                raise splitter.error
+        except ProviderError as exc:
+            self._error = exc
+            if events:
+                return events  # the error is raised by the next call
+            raise
+        finally:
+            self._quiet = self._error is None and not (
+                self._data or self._fields or splitter.busy()
+            )
+        return events
+
+    def _interpret(self, lines: list[str], events: list[ServerSentEvent]) -> None:
+        # The WHATWG field rules over complete lines; appends what dispatches.
         append = events.append
         new = _new_event
         SSE = ServerSentEvent
@@ -251,8 +251,6 @@ class SSEDecoder:
         try:
             for line in lines:
                 if line:
-                    if check and len(line) > max_line:
-                        raise self._line_too_long()
                     if line.startswith("data: "):
                         value = line[6:]
                     elif line[0] == ":":
@@ -290,27 +288,10 @@ class SSEDecoder:
                     size = 0
                 elif self._fields:
                     self._reset_fields()
-            if tail:
-                if len(tail) > max_line:
-                    raise self._line_too_long()
-                self._partial.append(tail)
-                self._partial_len = len(tail)
-        except ProviderError as exc:
-            self._error = exc
-            if events:
-                return events  # the error is raised by the next call
-            raise
         finally:
             self._data = data
             self._data_len = size
             self._events = count
-            self._quiet = self._error is None and not (
-                self._partial or data or self._fields or self._after_cr
-            )
-        return events
-
-    def _line_too_long(self) -> LimitExceeded:
-        return LimitExceeded(f"an SSE line is longer than {self._max_line} characters")
 
     def _field(self, name: str, value: str) -> None:
         if name == "event":

@@ -4,7 +4,7 @@ a :class:`~turnledger.sessions.Completion` (or a typed error) at the end.
 Pure: imports no I/O library.
 
 Layers, each its own object: byte count (``max_input_bytes``) → strict UTF-8
-(:mod:`._utf8`) → framing (SSE or NDJSON) → strict JSON (:mod:`._json`) →
+(:mod:`._utf8`) → framing (SSE or NDJSON) → strict JSON (:mod:`._strict_json`) →
 turn validation (per protocol). A decoder fails fast: after its first error
 every call raises that error.
 
@@ -18,9 +18,8 @@ the caller delivers the text and then calls :meth:`ResponseDecoder.check`.
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Final
 
 from ..._errors import DecodeError, LimitExceeded, ProviderError, StreamProtocolError
 from ...events import Usage
@@ -29,34 +28,133 @@ from ._limits import StreamLimits
 from ._utf8 import Utf8Decoder
 
 __all__ = [
+    "ERROR_CODES",
+    "FINISH_REASONS",
+    "MEDIA_TYPES",
+    "ROLES",
+    "SSE_EVENT_TYPES",
     "BodyDecoder",
     "ResponseDecoder",
+    "describe",
     "incomplete",
+    "known_finish_reason",
     "malformed",
     "protocol",
     "provider_error",
     "usage_from",
 ]
 
-_TOKEN = re.compile(r"[A-Za-z0-9_.:/+\-]{1,64}")
+# Closed vocabularies: the only server-sent tokens ever quoted in a detail.
+# Anything else the server sends (a proxy may echo the request's own API key
+# into any field) is described by its kind and length, never quoted.
+
+#: Finish reasons of OpenAI-compatible servers and Ollama's ``done_reason``.
+FINISH_REASONS: Final = frozenset(
+    {
+        "stop",
+        "length",
+        "content_filter",
+        "tool_calls",
+        "function_call",
+        "load",
+        "unload",
+        "eos",
+        "end_turn",
+        "max_tokens",
+        "stop_sequence",
+        "abort",
+        "error",
+    }
+)
+#: Chat roles.
+ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+#: SSE event types seen on chat streams.
+SSE_EVENT_TYPES: Final = frozenset({"message", "error", "ping", "done", "end"})
+#: Error types and codes of OpenAI-compatible servers.
+ERROR_CODES: Final = frozenset(
+    {
+        "api_error",
+        "authentication_error",
+        "context_length_exceeded",
+        "insufficient_quota",
+        "internal_error",
+        "invalid_api_key",
+        "invalid_request_error",
+        "model_not_found",
+        "not_found_error",
+        "overloaded_error",
+        "permission_error",
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        "server_error",
+        "service_unavailable",
+        "timeout",
+    }
+)
+#: Response media types.
+MEDIA_TYPES: Final = frozenset(
+    {
+        "application/json",
+        "application/problem+json",
+        "application/x-ndjson",
+        "application/octet-stream",
+        "text/event-stream",
+        "text/html",
+        "text/plain",
+    }
+)
 
 
-def _safe(value: Any) -> str | None:
-    # Only short identifier-like values of a provider's error (its type or
-    # code) may be quoted; messages and bodies never are.
-    if type(value) is int:
-        return str(value)
-    if type(value) is str and _TOKEN.fullmatch(value):
+def describe(value: Any, what: str, known: frozenset[str]) -> str:
+    """``value`` if it is in the closed vocabulary ``known``; otherwise its
+    kind and size (``"unknown role (51 chars)"``), never its content."""
+    if type(value) is str:
+        if value in known:
+            return value
+        if not value:
+            return f"no {what}"
+        return f"unknown {what} ({len(value)} chars)"
+    return f"{what} of JSON type {_json_type(value)}"
+
+
+def known_finish_reason(value: str | None) -> str | None:
+    """A finish reason as a :class:`Completion` carries it: a known one as is,
+    any other as ``unknown_<n>_chars`` (the session discards it either way)."""
+    if value is None or value in FINISH_REASONS:
         return value
-    return None
+    return f"unknown_{len(value)}_chars"
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "boolean"
+    if type(value) is int or type(value) is float:
+        return "number"
+    if type(value) is list:
+        return "array"
+    if type(value) is dict:
+        return "object"
+    return "string" if type(value) is str else "other"
+
+
+def _code(value: Any) -> str | None:
+    # An error's type or code: a known token, or a small (HTTP-like) number.
+    if value is None:
+        return None
+    if type(value) is int and 0 <= value < 1000:
+        return str(value)
+    return describe(value, "code", ERROR_CODES)
 
 
 def provider_error(obj: Any) -> ProviderError:
-    """The error for an ``{"error": ...}`` payload, quoting only its type/code."""
+    """The error for an ``{"error": ...}`` payload, quoting only a known
+    type/code (see :func:`describe`)."""
     parts = []
     if isinstance(obj, dict):
         for key in ("type", "code"):
-            token = _safe(obj.get(key))
+            token = _code(obj.get(key))
             if token is not None:
                 parts.append(f"{key}={token}")
     suffix = f" ({', '.join(parts)})" if parts else ""

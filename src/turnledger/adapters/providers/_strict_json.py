@@ -32,8 +32,15 @@ raw). When the text contains ``\\u003`` the standard library parses it again
 with an ``object_pairs_hook`` that refuses duplicates. Before counting, the
 common case is settled by one comparison: compact servers that write raw
 UTF-8 send exactly ``orjson.dumps(value)``, which has no duplicates.
-Integers beyond 64 bits come back as floats (orjson's rule); token counts
-never get there.
+Integers stay exact. orjson returns an integer beyond 64 bits as a float;
+such a value never dumps back to the text it came from, so only when the
+canonical comparison fails and the text holds a run of 19 or more digits is
+the text parsed again by the standard library (exact integers, duplicates
+refused). orjson has accepted it by then, so every rule above still holds.
+An integer too long for a double (over 308 digits) is refused, as ``1e999``.
+
+:func:`loads_object` is the parser for provider chunks: the same rules, and a
+top-level value that is not an object is an error too.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ import orjson
 
 from ..._errors import DecodeError
 
-__all__ = ["loads_strict"]
+__all__ = ["loads_object", "loads_strict"]
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -56,6 +63,8 @@ _JSONEncodeError = orjson.JSONEncodeError
 # A JSON string token (quotes included), unrolled for speed.
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
+# 19 digits may already be past a 64-bit integer (below -2**63).
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
 _DUPLICATE = "a JSON object has a duplicate key"
 
 
@@ -89,6 +98,13 @@ def _too_deep(text: str, max_depth: int) -> bool:
     return False
 
 
+def _parse(text: str) -> Any:
+    try:
+        return _loads(text)  # orjson stops at depth 1024: no stack overflow
+    except _JSONDecodeError as exc:
+        raise DecodeError(f"invalid JSON: {exc.msg} at character {exc.pos}") from None
+
+
 def loads_strict(text: str, *, max_depth: int = 16) -> Any:
     """Parse one JSON text strictly.
 
@@ -100,13 +116,41 @@ def loads_strict(text: str, *, max_depth: int = 16) -> Any:
         DecodeError: the text is not one strict JSON value. The message never
             quotes the input.
     """
-    try:
-        value = _loads(text)  # orjson stops at depth 1024: no stack overflow
-    except _JSONDecodeError as exc:
-        raise DecodeError(f"invalid JSON: {exc.msg} at character {exc.pos}") from None
+    value = _parse(text)
     kind = type(value)
     if kind is not dict and kind is not list:
+        if kind is float and _LONG_DIGITS.search(text):
+            return _exact(text)
         return value
+    return _checked(text, value, max_depth)
+
+
+def loads_object(text: str, *, max_depth: int = 16) -> dict[str, Any]:
+    """Parse one JSON text strictly (as :func:`loads_strict`) that must be an object.
+
+    Raises:
+        DecodeError: the text is not one strict JSON value, or the value is
+            not an object.
+    """
+    value = _parse(text)
+    if type(value) is not dict:
+        raise DecodeError(f"a JSON {_KINDS.get(type(value), 'value')} where an object belongs")
+    result: dict[str, Any] = _checked(text, value, max_depth)
+    return result
+
+
+_KINDS: dict[type, str] = {
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+
+
+def _checked(text: str, value: Any, max_depth: int) -> Any:
+    # The rules orjson does not apply, for an object or array it parsed.
     try:
         dumped = _dumps(value)
     except _JSONEncodeError:  # nested deeper than orjson writes (255)
@@ -118,13 +162,20 @@ def loads_strict(text: str, *, max_depth: int = 16) -> Any:
         # The text is exactly the canonical form of what was parsed (compact
         # servers with raw UTF-8 send that): nothing was lost, no duplicates.
         return value
-    if "\\u003" in text:
-        try:
-            _STDLIB.decode(text)
-        except _Duplicate:
-            raise DecodeError(_DUPLICATE) from None
-        except ValueError:
-            raise DecodeError("invalid JSON") from None
-    elif dumped.count(b":") != text.count(":"):
+    if "\\u003" in text or _LONG_DIGITS.search(text):
+        return _exact(text)
+    if dumped.count(b":") != text.count(":"):
         raise DecodeError(_DUPLICATE)
     return value
+
+
+def _exact(text: str) -> Any:
+    # The standard library's parse of a text orjson accepted: integers exact,
+    # duplicate keys refused (the depth is already checked, so no recursion
+    # limit is near).
+    try:
+        return _STDLIB.decode(text)
+    except _Duplicate:
+        raise DecodeError(_DUPLICATE) from None
+    except ValueError:
+        raise DecodeError("invalid JSON") from None
