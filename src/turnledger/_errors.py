@@ -14,6 +14,7 @@
     │   ├── StoreCorrupted          stored bytes fail their checks (names the place)
     │   ├── StoreFull               a configured size cap refuses the append
     │   └── SessionOwnedElsewhere   another process owns the session
+    │       └── LeaseLost               this store's lease was taken over: a stale append
     └── ProviderError           raised by provider adapters and stream decoders
         ├── DecodeError             bytes -> text -> frames -> JSON failed
         ├── LimitExceeded           a configured stream limit was hit
@@ -34,6 +35,7 @@ __all__ = [
     "ConcurrencyConflict",
     "DecodeError",
     "InvalidCommand",
+    "LeaseLost",
     "LimitExceeded",
     "ProviderError",
     "ReplayError",
@@ -148,3 +150,21 @@ class StreamProtocolError(ProviderError):
     """The chat protocol on top of well-formed frames was broken."""
 
     reason = "protocol"
+
+
+class LeaseLost(SessionOwnedElsewhere):
+    """This store's lease on the session was taken over (it ran out while the
+    owner was stalled): the append was refused as stale and nothing was written.
+
+    ``epoch`` is the lease this store held; ``current_epoch`` the one found
+    (``None`` if the lease is gone).
+    """
+
+    def __init__(self, session_id: str, epoch: int, current_epoch: int | None) -> None:
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+        super().__init__(
+            session_id,
+            f"this store's lease (epoch {epoch}) was taken over"
+            f" (epoch now {current_epoch}); it must not write to the session",
+        )

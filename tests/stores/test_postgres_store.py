@@ -1,15 +1,19 @@
+import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import trio
 
 import turnledger
 from _procs import readline_within
 from turnledger import (
     ConcurrencyConflict,
+    LeaseLost,
     SessionOwnedElsewhere,
     StoreCorrupted,
     StoreUnavailable,
@@ -123,24 +127,21 @@ async def test_closing_the_store_releases_its_sessions(pg_dsn: str) -> None:
         await b.aclose()
 
 
-async def test_a_store_that_lost_its_lock_cannot_append(
+async def test_a_store_that_lost_its_lease_connection_cannot_append(
     two_stores: tuple[PostgresStore, PostgresStore], pg_dsn: str
 ) -> None:
     a, b = two_stores
     await a.acquire("s")
     assert await a.append("s", _events("s", 0), 0) == 3
-    # The server drops a's lock connection (an admin, a network cut ...).
-    _sql(
-        pg_dsn,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-        " WHERE application_name = %s AND pid IN"
-        " (SELECT pid FROM pg_locks WHERE locktype = 'advisory')",
-        f"turnledger pid={os.getpid()} host={os.uname().nodename}"[:63],
-    )
+    # The server drops a's lease connection (an admin, a network cut ...):
+    # the lease is no longer live, another store may take the session over.
+    _sql(pg_dsn, "SELECT pg_terminate_backend(backend) FROM turnledger_events_leases")
     await b.acquire("s")
-    with pytest.raises(SessionOwnedElsewhere, match="lost its lock"):
+    with pytest.raises(LeaseLost, match="taken over") as caught:
         await a.append("s", _events("s", 3), 3)
+    assert (caught.value.epoch, caught.value.current_epoch) == (1, 2)
     assert await b.append("s", _events("s", 3), 3) == 6
+    assert [e.seq for e in await b.read("s")] == [1, 2, 3, 4, 5, 6]
 
 
 async def test_newer_schema_is_refused(pg_dsn: str) -> None:
@@ -263,3 +264,183 @@ async def test_a_damaged_payload_is_reported_by_every_read(pg_dsn: str, damage: 
         assert len(await store.read_decoded("s", DEFAULT_CODEC, after=2)) == 1
     finally:
         await store.aclose()
+
+
+# --- the feed without a lock, group commit, leases, migration -----------------
+
+
+async def test_the_feed_stops_below_an_older_open_transaction(pg_dsn: str) -> None:
+    import psycopg
+
+    store = await PostgresStore.open(pg_dsn)
+    try:
+        await store.append("before", _events("before", 0, 1), 0)
+        # A writer that took its transaction id (and so its positions) first,
+        # and commits last: the feed must not show what committed after it.
+        with psycopg.connect(pg_dsn) as slow:
+            (xid,) = slow.execute("SELECT pg_current_xact_id()::text::int8").fetchone()  # type: ignore[misc]
+            ev = _events("slow", 0, 1)[0]
+            slow.execute(
+                "INSERT INTO turnledger_events (position, session_id, seq, tag, schema_version,"
+                " payload, recorded_at) VALUES (%s, 'slow', 1, %s, %s, %s::jsonb, %s)",
+                (xid << 20, ev.tag, ev.schema_version, json.dumps(ev.payload), ev.recorded_at),
+            )
+            await store.append("fast", _events("fast", 0, 2), 0)
+            assert [e.session_id for e in await store.read("fast")] == ["fast", "fast"]
+            feed = await store.read_all()
+            assert [e.session_id for e in feed] == ["before"]
+            slow.commit()
+        feed += await store.read_all(after=feed[-1].position or 0)
+        assert [e.session_id for e in feed] == ["before", "slow", "fast", "fast"]
+        assert [e.position for e in await store.read_all()] == [e.position for e in feed]
+    finally:
+        await store.aclose()
+
+
+async def test_appends_that_wait_together_share_one_transaction(pg_dsn: str) -> None:
+    store = await PostgresStore.open(pg_dsn)
+    try:
+        await store.append("stale", _events("stale", 0, 1), 0)
+        writer = store._writer
+        assert writer is not None
+        before = writer.transactions
+        results: dict[str, object] = {}
+
+        async def one(sid: str, expected: int) -> None:
+            try:
+                results[sid] = await store.append(sid, _events(sid, expected), expected)
+            except ConcurrencyConflict as exc:
+                results[sid] = exc
+
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(one, f"s{i}", 0)
+            nursery.start_soon(one, "stale", 0)  # the stream is at 1: refused alone
+        committed = writer.transactions - before
+        assert 1 <= committed < 20, committed  # grouped, not one transaction each
+        assert all(results[f"s{i}"] == 3 for i in range(40))
+        assert isinstance(results["stale"], ConcurrencyConflict)
+        assert results["stale"].actual_version == 1
+        assert len(await store.read("stale")) == 1
+        # Within a transaction, positions follow the order of the appends.
+        feed = await store.read_all()
+        assert len(feed) == 1 + 40 * 3 and len({e.position for e in feed}) == len(feed)
+    finally:
+        await store.aclose()
+
+
+async def test_a_renewed_lease_outlives_its_length_and_an_expired_one_is_taken_over(
+    pg_dsn: str,
+) -> None:
+    a = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    b = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    try:
+        await a.acquire("s")
+        await a.append("s", _events("s", 0), 0)
+        await trio.sleep(1.5)  # longer than the lease: the renewals kept it
+        with pytest.raises(SessionOwnedElsewhere, match=f"pid={os.getpid()}.*epoch 1"):
+            await b.acquire("s")
+        [lease] = await b.owners()
+        assert (lease.session_id, lease.pid, lease.epoch, lease.live) == ("s", os.getpid(), 1, True)
+        assert lease.host == socket.gethostname()
+        # a stalls: no renewals (its renewal thread stopped), its lease runs out
+        a._stop.set()
+        assert a._renewer is not None
+        await trio.to_thread.run_sync(a._renewer.join)
+        with trio.fail_after(5):
+            while True:
+                try:
+                    await b.acquire("s")
+                    break
+                except SessionOwnedElsewhere:
+                    await trio.sleep(0.1)
+        [lease] = await a.owners()
+        assert lease.epoch == 2 and lease.live
+        with pytest.raises(LeaseLost):
+            await a.append("s", _events("s", 3), 3)
+        assert await a.renew() == ["s"]  # a learns it lost the session
+        assert await b.append("s", _events("s", 3), 3) == 6
+        await a.release("s")  # a no-op: the lease is b's now
+        assert [x.epoch for x in await b.owners()] == [2]
+        await b.release("s")
+        assert await b.owners() == []
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_lease_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="renew_every"):
+        await PostgresStore.open("postgresql://postgres@127.0.0.1:1/test", lease=1, renew_every=2)
+    with pytest.raises(ValueError, match="renew_every"):
+        await PostgresStore.open("postgresql://postgres@127.0.0.1:1/test", lease=0)
+
+
+_V1_DDL = """
+CREATE TABLE turnledger_events_meta (key text PRIMARY KEY, value text NOT NULL);
+INSERT INTO turnledger_events_meta VALUES ('schema_version', '1');
+CREATE TABLE turnledger_events (
+    position       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id     text             NOT NULL,
+    seq            integer          NOT NULL CHECK (seq >= 1),
+    tag            text             NOT NULL,
+    schema_version integer          NOT NULL,
+    payload        jsonb            NOT NULL,
+    payload_text   text,
+    recorded_at    double precision NOT NULL,
+    UNIQUE (session_id, seq)
+);
+CREATE INDEX turnledger_events_first ON turnledger_events (position) WHERE seq = 1;
+"""
+
+
+async def test_a_version_1_table_is_migrated_and_replays(pg_dsn: str) -> None:
+    import psycopg
+
+    old = _events("old", 0) + _events("other", 0, 1)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(_V1_DDL)
+        for ev in old:
+            conn.execute(
+                "INSERT INTO turnledger_events (session_id, seq, tag, schema_version, payload,"
+                " recorded_at) VALUES (%s, %s, %s, %s, %s::jsonb, %s)",
+                (
+                    ev.session_id,
+                    ev.seq,
+                    ev.tag,
+                    ev.schema_version,
+                    json.dumps(ev.payload),
+                    ev.recorded_at,
+                ),
+            )
+    # A read-only store reads version 1 as it is, and changes nothing.
+    ro = await PostgresStore.open(pg_dsn, read_only=True)
+    try:
+        assert [e.seq for e in await ro.read("old")] == [1, 2, 3]
+        assert await ro.owners() == []
+    finally:
+        await ro.aclose()
+    store = await PostgresStore.open(pg_dsn)
+    try:
+        assert _sql(pg_dsn, "SELECT value FROM turnledger_events_meta") == [(str(SCHEMA_VERSION),)]
+        assert [e.payload for e in await store.read("old")] == [e.payload for e in old[:3]]
+        await store.acquire("old")
+        assert await store.append("old", _events("old", 3, 1), 3) == 4
+        await store.append("new", _events("new", 0, 1), 0)
+        feed = await store.read_all()
+        assert [(e.session_id, e.seq) for e in feed] == [
+            ("old", 1),
+            ("old", 2),
+            ("old", 3),
+            ("other", 1),
+            ("old", 4),
+            ("new", 1),
+        ]
+        assert [e.position for e in feed][:4] == [1, 2, 3, 4]
+        assert await store.session_ids() == ["old", "other", "new"]
+    finally:
+        await store.aclose()
+    # Opening again changes nothing more.
+    store = await PostgresStore.open(pg_dsn)
+    await store.aclose()
+    assert _sql(pg_dsn, "SELECT count(*) FROM turnledger_events") == [(6,)]

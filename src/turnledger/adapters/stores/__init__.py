@@ -8,7 +8,7 @@ else an SQLite file.
 from ._open import open_store, store_kind
 from .journal import JournalStore
 from .memory import MemoryStore
-from .postgres import PostgresStore
+from .postgres import PostgresStore, SessionLease
 from .sqlite import SQLiteStats, SQLiteStore
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "PostgresStore",
     "SQLiteStats",
     "SQLiteStore",
+    "SessionLease",
     "open_store",
     "store_kind",
 ]

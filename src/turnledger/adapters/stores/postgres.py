@@ -1,16 +1,39 @@
 """The store for more than one machine: PostgreSQL through psycopg 3.
 
-psycopg's async API runs on asyncio only, so every call runs in a worker
-thread (``trio.to_thread.run_sync``, never abandoned) on a connection from a
-``psycopg_pool.ConnectionPool``. Needs the ``postgres`` extra.
+psycopg's async API runs on asyncio only, so every call runs off the trio
+thread: appends on the store's writer thread (one connection), reads on a
+worker thread (``trio.to_thread.run_sync``, never abandoned) with a connection
+from a ``psycopg_pool.ConnectionPool``. Needs the ``postgres`` extra.
 
 Table. One table (``turnledger_events`` by default, in a schema you choose):
-``position bigint GENERATED ALWAYS AS IDENTITY`` is the global feed order,
-``UNIQUE (session_id, seq)`` the optimistic-concurrency guard. Every append
-checks the stream's version and inserts inside one transaction that first
-takes a transaction-level advisory lock on the table, so appends commit in
-``position`` order and a reader tailing the feed never skips an event that
-commits late.
+``UNIQUE (session_id, seq)`` is the optimistic-concurrency guard and
+``position`` the global feed order. No lock is held around appends: writers
+of different sessions, in one process or many, commit side by side.
+
+The feed without a lock. A position is the writing transaction's id shifted
+left by 20 bits plus the row's index in that transaction
+(``pg_current_xact_id() << 20 | i``). The feed is ordered by transaction id,
+and :meth:`PostgresStore.read_all` reads only rows below
+``pg_snapshot_xmin(pg_current_snapshot()) << 20``: every transaction with a
+smaller id has ended, so nothing can commit later below a position a reader
+has passed, and a tailing reader never reads a gap that fills in. A plain
+sequence would not do (positions are taken before commit, so a later position
+can commit first), and the other known answer, one sequencer assigning
+positions after commit, costs a second write of every row. The trade-off:
+the feed shows a commit only once every write transaction older than it, in
+the whole cluster, has ended; a transaction left open holds the feed back (the
+writer's connection sets ``idle_in_transaction_session_timeout`` to the lease
+length, so a stalled writer's transaction cannot stay open forever).
+Positions are increasing but not dense.
+
+Group commit. The writer thread takes every append waiting in its queue (up to
+``max_group``) and writes them in ONE transaction: one query for the current
+versions of all their sessions, one for the leases of the owned ones, one
+``executemany`` for the accepted rows, one COMMIT (one WAL flush). A stale or
+fenced-off append is refused on its own; the others still commit. If the
+transaction fails as a whole (a unique violation from a racing writer, the
+server gone), every append of the group is retried in its own transaction,
+so each caller learns its own fate; a batch is always all or nothing.
 
 Payloads. ``payload`` is ``jsonb`` (queryable: ``payload->>'request_id'``).
 ``jsonb`` cannot hold U+0000 nor a lone surrogate; for the rare payload that
@@ -18,31 +41,49 @@ does, ``payload`` holds a copy with each such character replaced by U+FFFD and
 ``payload_text`` holds the exact JSON text. Readers take ``payload_text`` when
 it is set, so every payload reads back exactly.
 
-Ownership. :meth:`PostgresStore.acquire` takes a session-level advisory lock
-(``pg_try_advisory_lock`` on a 64-bit hash of schema, table and session id) on
-one dedicated connection that the store keeps for its owned sessions; another
-process gets :class:`~turnledger.SessionOwnedElsewhere` naming the holder.
-The lock goes when the session is released, the store closed, or the process
-dies (PostgreSQL drops the connection). An append to an owned session also
-checks, in its transaction, that the lock is still held, so a store whose lock
-connection was lost cannot keep writing a session another process took over.
+Ownership: fenced leases. :meth:`PostgresStore.acquire` takes the session's
+row in ``<table>_leases`` (owner host and pid, expiry, epoch) and bumps its
+epoch; the store's renewal thread extends the expiry of every owned session
+each ``renew_every`` seconds. Another store gets
+:class:`~turnledger.SessionOwnedElsewhere` naming the holder while the lease
+is live: unexpired, and the holder's connection still open (a process that
+died frees its sessions at once). After expiry another store may take the
+session over, bumping the epoch. Every append to an owned session checks, in
+its transaction, that the epoch is still the one it acquired (the lease row
+is share-locked until commit, so a takeover waits for it or it sees the
+takeover), and is refused with :class:`~turnledger.LeaseLost` otherwise: a
+stalled owner that wakes up after losing the session never writes to it.
+Expiries use the server's clock, so hosts' clocks need not agree.
+
+Schema. ``<table>_meta`` holds the schema version (:data:`SCHEMA_VERSION`).
+Version 1 (an identity column and a table-wide advisory lock per append) is
+migrated in place on open: the identity goes (old positions are all smaller
+than the new ones) and the leases table is created; old rows replay as they
+were. A release that only knows version 1 refuses the migrated table.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import hashlib
 import json
 import os
+import queue
 import re
 import socket
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+import attrs
+import outcome
 import trio
 
 from ..._errors import (
     ConcurrencyConflict,
+    LeaseLost,
     SessionOwnedElsewhere,
     StoreCorrupted,
     StoreError,
@@ -52,24 +93,28 @@ from ..._errors import (
 from ...events import EventDecoder, StoredEvent
 from ._payloads import check_envelope, decode_rows, dumps_payload, loads_payload
 from .memory import check_batch
+from .sqlite import _Append, _Call, _deliver, _Request, _Thread
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
     from psycopg_pool import ConnectionPool
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "SessionLease"]
 
 #: Schema version this release writes (the ``<table>_meta`` table).
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-# Advisory lock classes of the two-int form (a key space apart from the
-# one-bigint form used for session ownership).
+# Advisory lock class of the two-int form, taken only while creating or
+# migrating the schema.
 _DDL_CLASS: Final = 0x544C0001
-_FEED_CLASS: Final = 0x544C0002
+
+#: A position is ``transaction id << _SHIFT | index of the row in it``.
+_SHIFT: Final = 20
+_MAX_ROWS: Final = 1 << _SHIFT
 
 _UNSAFE_FOR_JSONB: Final = re.compile("[\x00\ud800-\udfff]")
 
@@ -111,6 +156,131 @@ def _map_error(exc: Exception, msg: str) -> StoreError:
     return StoreError(f"{msg}: {exc}")
 
 
+@attrs.frozen
+class SessionLease:
+    """Who owns a session, from :meth:`PostgresStore.owners`."""
+
+    session_id: str
+    #: Host name and process id of the owning store.
+    host: str
+    pid: int
+    #: Bumped by every acquire; appends carrying an older one are refused.
+    epoch: int
+    #: When the lease runs out unless renewed (the server's clock, UTC).
+    expires_at: datetime.datetime
+    #: False once ``expires_at`` has passed: another store may take it over.
+    live: bool
+
+
+class _Writer(_Thread):
+    """The store's one writing connection, committing appends in groups."""
+
+    def __init__(self, store: PostgresStore, max_group: int) -> None:
+        self.store = store
+        self.max_group = max_group
+        self.pg: psycopg.Connection[Any] | None = None
+        self.transactions = 0
+        super().__init__(f"turnledger-postgres-writer:{store.schema}.{store.table}")
+
+    def connection(self) -> psycopg.Connection[Any]:
+        conn = self.pg
+        if conn is None or conn.closed or conn.broken:
+            if conn is not None:
+                conn.close()
+            conn = self.pg = self.store._connect(autocommit=False)
+            idle_ms = max(1000, round(self.store._lease * 1000))
+            conn.execute(f"SET idle_in_transaction_session_timeout = {idle_ms}")
+            conn.commit()
+        return conn
+
+    def handle(self, req: _Request) -> _Request | None:
+        assert isinstance(req, _Append)
+        group = [req]
+        rows = len(req.rows)
+        carry: _Request | None = None
+        while len(group) < self.max_group:
+            try:
+                nxt = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(nxt, _Append) or rows + len(nxt.rows) >= _MAX_ROWS:
+                carry = nxt  # keep FIFO order with calls such as close
+                break
+            group.append(nxt)
+            rows += len(nxt.rows)
+        try:
+            done = self.commit_group(group)
+        except BaseException as exc:  # pragma: no cover - a bug; never strand callers
+            done = [(r, outcome.Error(exc)) for r in group]
+        _deliver(done)
+        return carry
+
+    def commit_group(self, group: list[_Append]) -> list[tuple[_Request, outcome.Outcome[Any]]]:
+        import psycopg
+
+        store = self.store
+        done: list[tuple[_Request, outcome.Outcome[Any]]] = []
+        accepted: list[_Append] = []
+        try:
+            conn = self.connection()
+            with conn.transaction(), conn.cursor() as cur:
+                row = cur.execute("SELECT pg_current_xact_id()::text::int8").fetchone()
+                assert row is not None
+                base = row[0] << _SHIFT
+                sids = list(dict.fromkeys(r.session_id for r in group))
+                held = {sid: store._leases[sid] for sid in sids if sid in store._leases}
+                epochs: dict[str, int] = {}
+                if held:
+                    epochs = dict(cur.execute(store._q_fence, (list(held),)).fetchall())
+                seen: dict[str, int] = dict(cur.execute(store._q_versions, (sids,)).fetchall())
+                rows: list[tuple[Any, ...]] = []
+                for req in group:
+                    sid = req.session_id
+                    mine = held.get(sid)
+                    if mine is not None and epochs.get(sid) != mine:
+                        lost = LeaseLost(sid, mine, epochs.get(sid))
+                        done.append((req, outcome.Error(lost)))
+                        continue
+                    current = seen.get(sid, 0)
+                    if current != req.expected:
+                        conflict = ConcurrencyConflict(sid, req.expected, current)
+                        done.append((req, outcome.Error(conflict)))
+                        continue
+                    seen[sid] = req.expected + len(req.rows)
+                    for r in req.rows:
+                        rows.append((base + len(rows), *r))
+                    accepted.append(req)
+                if rows:
+                    cur.executemany(store._q_insert, rows)
+            # leaving the transaction block committed it
+        except Exception as exc:
+            if len(group) > 1:
+                # Let each append find its own fate in its own transaction.
+                out: list[tuple[_Request, outcome.Outcome[Any]]] = []
+                for req in group:
+                    out.extend(self.commit_group([req]))
+                return out
+            req = group[0]
+            failure: StoreError
+            if isinstance(exc, psycopg.errors.UniqueViolation):
+                failure = ConcurrencyConflict(req.session_id, req.expected, None)
+            elif isinstance(exc, psycopg.Error | StoreError):
+                failure = _map_error(exc, f"append to {req.session_id!r} failed")
+            else:
+                failure = StoreError(f"append to {req.session_id!r} failed: {type(exc).__name__}")
+                failure.__cause__ = exc
+            return [(req, outcome.Error(failure))]
+        self.transactions += 1
+        for req in accepted:
+            done.append((req, outcome.Value(req.expected + len(req.rows))))
+        return done
+
+    def close(self) -> None:
+        if self.pg is not None:
+            self.pg.close()
+            self.pg = None
+
+
 class PostgresStore:
     """An :class:`~turnledger.events.EventStore` in a PostgreSQL table.
 
@@ -124,6 +294,11 @@ class PostgresStore:
         schema: str,
         table: str,
         timeout: float,
+        *,
+        lease: float = 10.0,
+        renew_every: float | None = None,
+        max_group: int = 256,
+        read_only: bool = False,
     ) -> None:
         # Private: use ``await PostgresStore.open(dsn)``.
         from psycopg import sql
@@ -133,22 +308,30 @@ class PostgresStore:
         self._schema = schema
         self._table = table
         self._timeout = timeout
-        self._read_only = False
+        self._lease = lease
+        self._renew_every = renew_every if renew_every is not None else lease / 3
+        self._read_only = read_only
         self._closed = False
-        self._owner: psycopg.Connection[Any] | None = None
-        self._owner_lock = threading.Lock()
-        #: session id -> (lock key, backend pid of the connection holding it)
-        self._owned: dict[str, tuple[int, int]] = {}
-        qualified = f"{schema}.{table}"
-        self._feed_key = _hash(f"feed:{qualified}", 4)
+        self._host = socket.gethostname()
+        self._pid = os.getpid()
+        self._token = uuid.uuid4().hex
+        #: session id -> the epoch of the lease this store holds on it
+        self._leases: dict[str, int] = {}
+        self._lease_conn: psycopg.Connection[Any] | None = None
+        self._lease_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
         t = sql.Identifier(schema, table)
-        self._q_lock_feed = sql.SQL("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)")
-        self._q_version = sql.SQL(
-            "SELECT coalesce(max(seq), 0) FROM {} WHERE session_id = %s"
+        self._l = lt = sql.Identifier(schema, f"{table}_leases")
+        self._q_versions = sql.SQL(
+            "SELECT session_id, max(seq) FROM {} WHERE session_id = ANY(%s) GROUP BY session_id"
         ).format(t)
+        self._q_fence = sql.SQL(
+            "SELECT session_id, epoch FROM {} WHERE session_id = ANY(%s) FOR KEY SHARE"
+        ).format(lt)
         self._q_insert = sql.SQL(
-            "INSERT INTO {} (session_id, seq, tag, schema_version, payload, payload_text,"
-            " recorded_at) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s)"
+            "INSERT INTO {} (position, session_id, seq, tag, schema_version, payload,"
+            " payload_text, recorded_at) VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s)"
         ).format(t)
         cols = sql.SQL(
             "SELECT position, session_id, seq, tag, schema_version,"
@@ -161,10 +344,15 @@ class PostgresStore:
             " convert_to(coalesce(payload_text, payload::text), 'UTF8') FROM {}"
             " WHERE session_id = %s AND seq > %s ORDER BY seq"
         ).format(t)
-        self._q_read_all = sql.SQL("{} WHERE position > %s ORDER BY position LIMIT %s").format(cols)
+        self._q_read_all = sql.SQL(
+            "{} WHERE position > %s"
+            " AND position < (pg_snapshot_xmin(pg_current_snapshot())::text::int8 << {})"
+            " ORDER BY position LIMIT %s"
+        ).format(cols, sql.Literal(_SHIFT))
         self._q_sessions = sql.SQL(
             "SELECT session_id FROM {} WHERE seq = 1 ORDER BY position"
         ).format(t)
+        self._writer = None if read_only else _Writer(self, max_group)
 
     @classmethod
     async def open(
@@ -177,25 +365,49 @@ class PostgresStore:
         max_size: int = 10,
         timeout: float = 30.0,
         read_only: bool = False,
+        lease: float = 10.0,
+        renew_every: float | None = None,
+        max_group: int = 256,
     ) -> PostgresStore:
-        """Connect, and create the table (and schema) if they are missing.
+        """Connect, and create (or migrate) the tables if needed.
 
         Args:
             dsn: a libpq connection string or ``postgresql://`` URL.
             schema: the schema of the table; default: the connection's
                 ``current_schema()`` (the first of its ``search_path``).
-            table: the events table (``<table>_meta`` holds the schema version).
-            min_size, max_size: bounds of the connection pool.
+            table: the events table (``<table>_meta`` holds the schema
+                version, ``<table>_leases`` the owners of sessions).
+            min_size, max_size: bounds of the pool of reading connections.
             timeout: seconds to wait for a connection.
             read_only: only read: create nothing (the table must exist);
                 appends raise ``StoreError``.
+            lease: seconds a session stays owned without renewal. The
+                trade-off: a stalled owner (SIGSTOP, a long GC pause, a VM
+                freeze, a partition that keeps its connection open) blocks
+                its sessions this long before another process may take them
+                over; a shorter lease needs renewals to get through sooner
+                and makes a healthy but slow owner lose its sessions more
+                easily. An owner that dies frees them at once either way.
+            renew_every: seconds between renewals of every owned lease (one
+                UPDATE); default ``lease / 3``, so two renewals in a row may
+                fail before a lease runs out.
+            max_group: the most appends written in one transaction.
 
         Raises:
             StoreUnavailable: the server cannot be reached, psycopg is not
                 installed, or the table was created by a newer release.
+            ValueError: ``lease``, ``renew_every`` or ``max_group`` is out of
+                range (``0 < renew_every < lease``, ``max_group >= 1``).
         """
+        renew = renew_every if renew_every is not None else lease / 3
+        if not (lease > 0 and 0 < renew < lease):
+            raise ValueError("need 0 < renew_every < lease (seconds)")
+        if max_group < 1:
+            raise ValueError("max_group must be at least 1")
         store: PostgresStore = await trio.to_thread.run_sync(
-            cls._open_sync, dsn, schema, table, min_size, max_size, timeout, read_only
+            lambda: cls._open_sync(
+                dsn, schema, table, min_size, max_size, timeout, read_only, lease, renew, max_group
+            )
         )
         return store
 
@@ -209,6 +421,9 @@ class PostgresStore:
         max_size: int,
         timeout: float,
         read_only: bool = False,
+        lease: float = 10.0,
+        renew_every: float | None = None,
+        max_group: int = 256,
     ) -> PostgresStore:
         try:
             import psycopg
@@ -252,9 +467,17 @@ class PostgresStore:
         except BaseException:
             pool.close()
             raise
-        store = cls(pool, dsn, schema, table, timeout)
-        store._read_only = read_only
-        return store
+        return cls(
+            pool,
+            dsn,
+            schema,
+            table,
+            timeout,
+            lease=lease,
+            renew_every=renew_every,
+            max_group=max_group,
+            read_only=read_only,
+        )
 
     @property
     def schema(self) -> str:
@@ -266,6 +489,16 @@ class PostgresStore:
         """The events table."""
         return self._table
 
+    @property
+    def lease(self) -> float:
+        """Seconds an owned session's lease lasts without renewal."""
+        return self._lease
+
+    @property
+    def renew_every(self) -> float:
+        """Seconds between renewals of the owned leases."""
+        return self._renew_every
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("the store is closed")
@@ -275,64 +508,52 @@ class PostgresStore:
         self._check_open()
         return await trio.to_thread.run_sync(fn, *args)
 
+    def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
+        import psycopg
+
+        return psycopg.connect(
+            self._dsn,
+            autocommit=autocommit,
+            connect_timeout=max(1, round(self._timeout)),
+            application_name=_application_name(),
+        )
+
     # -- appends -------------------------------------------------------------
 
     async def append(
         self, session_id: str, events: Sequence[StoredEvent], expected_version: int
     ) -> int:
-        """Append ``events`` after ``expected_version`` in one transaction.
+        """Append ``events`` after ``expected_version`` in one transaction,
+        possibly shared with appends to other sessions (group commit).
 
         Raises:
             ConcurrencyConflict: the stream is not at ``expected_version``.
-            SessionOwnedElsewhere: this store acquired the session but no
-                longer holds its lock (its lock connection was lost).
+            LeaseLost: this store acquired the session but another store has
+                taken it over since (its lease ran out); nothing was written.
             StoreUnavailable: the server cannot be reached. StoreFull: its
                 disk is full. StoreError: a payload is not JSON-able; nothing
                 was written.
 
-        Cancellation: the transaction is never abandoned; a cancelled append
-        either committed the whole batch or nothing.
+        Cancellation: the append is never interrupted. A caller cancelled
+        while waiting still waits for the outcome (the whole batch committed,
+        or nothing); the cancellation is raised at its next checkpoint.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         if not events:
             return expected_version
-        if self._read_only:
+        if self._writer is None:
             raise StoreError("the PostgreSQL store was opened read-only")
         check_batch(session_id, events, expected_version)
+        if len(events) >= _MAX_ROWS:
+            raise StoreError(f"a batch holds at most {_MAX_ROWS - 1} events")
         rows = []
         for ev in events:
             jsonb, exact = _payload_columns(ev.payload)
             recorded_at = check_envelope(ev)
             rows.append((session_id, ev.seq, ev.tag, ev.schema_version, jsonb, exact, recorded_at))
-        return await self._run(self._append_sync, session_id, expected_version, rows)
-
-    def _append_sync(self, session_id: str, expected: int, rows: list[tuple[Any, ...]]) -> int:
-        import psycopg
-
-        owned = self._owned.get(session_id)
-        try:
-            with self._pool.connection() as conn, conn.cursor() as cur:
-                cur.execute(self._q_lock_feed, (_FEED_CLASS, self._feed_key))
-                if owned is not None:
-                    key, pid = owned
-                    if not _holds(cur, key, pid):
-                        raise SessionOwnedElsewhere(
-                            session_id,
-                            "this store lost its lock (its lock connection closed); "
-                            "acquire the session again",
-                        )
-                row = cur.execute(self._q_version, (session_id,)).fetchone()
-                current = row[0] if row else 0
-                if current != expected:
-                    raise ConcurrencyConflict(session_id, expected, current)
-                cur.executemany(self._q_insert, rows)
-            # leaving the connection block committed the transaction
-        except psycopg.errors.UniqueViolation as exc:
-            raise ConcurrencyConflict(session_id, expected, None) from exc
-        except psycopg.Error as exc:
-            raise _map_error(exc, f"append to {session_id!r} failed") from exc
-        return expected + len(rows)
+        result: int = await self._writer.call(_Append(session_id, expected_version, rows))
+        return result
 
     # -- reads ---------------------------------------------------------------
 
@@ -401,7 +622,12 @@ class PostgresStore:
         return await self._run(run)
 
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
-        """The global feed: events with ``position > after``, in order."""
+        """The global feed: events with ``position > after``, in order.
+
+        Only events whose transaction, and every write transaction older
+        than it, has ended (see the module's notes): reading on from the last
+        position returned never skips an event that commits later.
+        """
         return await self._run(self._read_events, self._q_read_all, (after, limit))
 
     async def session_ids(self) -> list[str]:
@@ -411,90 +637,212 @@ class PostgresStore:
 
     # -- ownership -----------------------------------------------------------
 
-    def _session_key(self, session_id: str) -> int:
-        return _hash(f"session:{self._schema}.{self._table}\x00{session_id}", 8)
-
-    def _owner_conn(self) -> psycopg.Connection[Any]:
-        import psycopg
-
-        conn = self._owner
+    def _lease_connection(self) -> psycopg.Connection[Any]:
+        conn = self._lease_conn
         if conn is None or conn.closed or conn.broken:
             if conn is not None:
                 conn.close()
-            conn = self._owner = psycopg.connect(
-                self._dsn,
-                autocommit=True,
-                connect_timeout=max(1, round(self._timeout)),
-                application_name=_application_name(),
-            )
+            conn = self._lease_conn = self._connect(autocommit=True)
         return conn
 
     async def acquire(self, session_id: str) -> None:
         """Become the only writer of ``session_id`` across processes.
 
-        Re-acquiring an owned session is a no-op.
+        Takes the session's lease (bumping its epoch) unless another store
+        holds it live. Re-acquiring an owned session is a no-op. The store's
+        renewal thread keeps the lease alive until :meth:`release`.
 
         Raises:
             SessionOwnedElsewhere: another store (usually another process)
-                holds it; the message names the holder.
+                holds a live lease; the message names the holder.
             StoreUnavailable: the server cannot be reached.
         """
         await self._run(self._acquire_sync, session_id)
 
     def _acquire_sync(self, session_id: str) -> None:
         import psycopg
+        from psycopg import sql
 
-        key = self._session_key(session_id)
-        with self._owner_lock:
+        if self._read_only:
+            raise StoreError("the PostgreSQL store was opened read-only")
+        with self._lease_lock:
+            if session_id in self._leases:
+                return
             try:
-                conn = self._owner_conn()
-                pid = conn.info.backend_pid
-                if self._owned.get(session_id) == (key, pid):
-                    return
-                row = conn.execute("SELECT pg_try_advisory_lock(%s::int8)", (key,)).fetchone()
-                if not (row and row[0]):
-                    raise SessionOwnedElsewhere(session_id, _holder(conn, key))
+                conn = self._lease_connection()
+                with conn.transaction():
+                    # A writer mid-append share-locks the row: wait for it,
+                    # but not forever (its transaction may be stalled).
+                    # (The renewals wait for this too: keep it short.)
+                    wait_ms = max(100, round(self._renew_every * 500))
+                    conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(wait_ms))
+                    conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {} (session_id) VALUES (%s) ON CONFLICT DO NOTHING"
+                        ).format(self._l),
+                        (session_id,),
+                    )
+                    row = conn.execute(
+                        sql.SQL(_LEASE_STATE + " WHERE l.session_id = %s FOR UPDATE OF l").format(
+                            self._l
+                        ),
+                        (session_id,),
+                    ).fetchone()
+                    assert row is not None
+                    _, host, pid, epoch, expires_at, live, token = row
+                    if live and token != self._token:
+                        raise SessionOwnedElsewhere(
+                            session_id,
+                            f"held by turnledger pid={pid} host={host} (lease epoch {epoch},"
+                            f" expires {expires_at.isoformat(timespec='seconds')})",
+                        )
+                    row = conn.execute(
+                        sql.SQL(
+                            "UPDATE {} SET epoch = epoch + 1, owner = %s, host = %s, pid = %s,"
+                            + _MY_BACKEND
+                            + ", expires_at = now() + make_interval(secs => %s)"
+                            " WHERE session_id = %s RETURNING epoch"
+                        ).format(self._l),
+                        (self._token, self._host, self._pid, self._lease, session_id),
+                    ).fetchone()
+                    assert row is not None
+            except psycopg.errors.LockNotAvailable as exc:
+                raise SessionOwnedElsewhere(
+                    session_id, "its owner is in the middle of an append; try again"
+                ) from exc
             except psycopg.Error as exc:
                 raise _map_error(exc, f"cannot acquire {session_id!r}") from exc
-            self._owned[session_id] = (key, pid)
+            self._leases[session_id] = int(row[0])
+            self._start_renewer()
+
+    def _start_renewer(self) -> None:
+        if self._renewer is None:
+            self._renewer = threading.Thread(
+                target=self._renew_loop,
+                name=f"turnledger-postgres-leases:{self._table}",
+                daemon=True,
+            )
+            self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self._renew_every):
+            with contextlib.suppress(Exception):  # the next round tries again
+                self._renew_sync()
+
+    async def renew(self) -> list[str]:
+        """Extend every owned lease now (the renewal thread does this each
+        ``renew_every`` seconds); returns the sessions found taken over,
+        whose appends will be refused with ``LeaseLost``."""
+        return await self._run(self._renew_sync)
+
+    def _renew_sync(self) -> list[str]:
+        import psycopg
+        from psycopg import sql
+
+        with self._lease_lock:
+            if not self._leases or self._closed:
+                return []
+            ids = list(self._leases)
+            epochs = [self._leases[sid] for sid in ids]
+            try:
+                rows = (
+                    self._lease_connection()
+                    .execute(
+                        sql.SQL(
+                            "UPDATE {} AS l SET expires_at = now() + make_interval(secs => %s),"
+                            + _MY_BACKEND
+                            + " FROM unnest(%s::text[], %s::int8[]) AS m(session_id, epoch)"
+                            " WHERE l.session_id = m.session_id AND l.epoch = m.epoch"
+                            " AND l.owner = %s RETURNING l.session_id"
+                        ).format(self._l),
+                        (self._lease, ids, epochs, self._token),
+                    )
+                    .fetchall()
+                )
+            except psycopg.Error as exc:
+                raise _map_error(exc, "cannot renew the leases") from exc
+            kept = {r[0] for r in rows}
+            return [sid for sid in ids if sid not in kept]
 
     async def release(self, session_id: str) -> None:
-        """Give up ownership taken with :meth:`acquire` (no-op if not owned)."""
+        """Give up ownership taken with :meth:`acquire` (no-op if not owned,
+        or if the lease was taken over meanwhile)."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closed or session_id not in self._owned:
+        if self._closed or session_id not in self._leases:
             return
-        await trio.to_thread.run_sync(self._release_sync, session_id)
+        await trio.to_thread.run_sync(self._release_sync, [session_id])
 
-    def _release_sync(self, session_id: str) -> None:
+    def _release_sync(self, session_ids: list[str]) -> None:
         import psycopg
+        from psycopg import sql
 
-        with self._owner_lock:
-            owned = self._owned.pop(session_id, None)
-            conn = self._owner
-            if owned is None or conn is None or conn.closed or conn.broken:
+        with self._lease_lock:
+            mine = [(sid, self._leases.pop(sid)) for sid in session_ids if sid in self._leases]
+            if not mine:
                 return
-            if conn.info.backend_pid != owned[1]:
-                return  # that connection, and the lock with it, is gone
             try:
-                conn.execute("SELECT pg_advisory_unlock(%s::int8)", (owned[0],))
+                self._lease_connection().execute(
+                    sql.SQL(
+                        "UPDATE {} AS l SET owner = NULL, expires_at = now()"
+                        " FROM unnest(%s::text[], %s::int8[]) AS m(session_id, epoch)"
+                        " WHERE l.session_id = m.session_id AND l.epoch = m.epoch"
+                        " AND l.owner = %s"
+                    ).format(self._l),
+                    ([s for s, _ in mine], [e for _, e in mine], self._token),
+                )
             except psycopg.Error as exc:
-                raise _map_error(exc, f"cannot release {session_id!r}") from exc
+                raise _map_error(exc, "cannot release sessions") from exc
+
+    async def owners(self) -> list[SessionLease]:
+        """Who owns each session that has an owner: host, pid, epoch and
+        lease expiry, live or expired (a dead owner's lease shows as not
+        live at once), in session order."""
+        from psycopg import sql
+
+        query = sql.SQL(_LEASE_STATE + " WHERE l.owner IS NOT NULL ORDER BY l.session_id").format(
+            self._l
+        )
+
+        def run() -> list[SessionLease]:
+            import psycopg
+
+            try:
+                with self._pool.connection() as conn:
+                    rows = conn.execute(query).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []  # a version-1 table opened read-only: no leases
+            except psycopg.Error as exc:
+                raise _map_error(exc, "read failed") from exc
+            return [SessionLease(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
+
+        return await self._run(run)
 
     async def aclose(self) -> None:
         """Release every owned session and close all connections. Idempotent."""
         if self._closed:
             await trio.lowlevel.checkpoint()
             return
+        # No append can be queued after this (the check and the queueing
+        # happen without a checkpoint between them), so the writer ends
+        # after the appends already queued.
         self._closed = True
+        writer = self._writer
         with trio.CancelScope(shield=True):
+            if writer is not None:
+                await writer.call(_Call(lambda _: writer.close(), last=True))
             await trio.to_thread.run_sync(self._close_sync)
 
     def _close_sync(self) -> None:
-        with self._owner_lock:
-            self._owned.clear()
-            if self._owner is not None:
-                self._owner.close()  # ends the PostgreSQL session: its locks go
-                self._owner = None
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        with contextlib.suppress(Exception):  # the leases run out by themselves
+            self._release_sync(list(self._leases))
+        with self._lease_lock:
+            self._leases.clear()
+            if self._lease_conn is not None:
+                self._lease_conn.close()
+                self._lease_conn = None
         self._pool.close()
 
     async def __aenter__(self) -> PostgresStore:
@@ -508,39 +856,29 @@ def _application_name() -> str:
     return f"turnledger pid={os.getpid()} host={socket.gethostname()}"[:63]
 
 
-def _split_key(key: int) -> tuple[int, int]:
-    # pg_locks shows a bigint advisory key as classid (high half), objid (low
-    # half), objsubid 1.
-    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
-    return unsigned >> 32, unsigned & 0xFFFF_FFFF
+# Which connection holds a lease: while it is open, the lease is live.
+_MY_BACKEND: Final = (
+    " backend = pg_backend_pid(), backend_start = ("
+    "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())"
+)
 
-
-_HOLDS: Final = (
-    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = %s"
-    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    " AND classid = %s::int8::oid AND objid = %s::int8::oid AND objsubid = 1 AND granted"
+# A lease row and whether it is live: unexpired, and its holder's connection
+# still open (the same backend pid started at the same time).
+_LEASE_STATE: Final = (
+    "SELECT l.session_id, l.host, l.pid, l.epoch, l.expires_at,"
+    " l.owner IS NOT NULL AND l.expires_at > now() AND EXISTS ("
+    "SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend"
+    " AND a.backend_start = l.backend_start), l.owner FROM {} AS l"
 )
 
 
-def _holds(cur: psycopg.Cursor[Any], key: int, pid: int) -> bool:
-    hi, lo = _split_key(key)
-    return cur.execute(_HOLDS, (pid, hi, lo)).fetchone() is not None
+def _read_version(conn: psycopg.Connection[Any], meta: sql.Identifier) -> int:
+    from psycopg import sql
 
-
-def _holder(conn: psycopg.Connection[Any], key: int) -> str:
-    hi, lo = _split_key(key)
     row = conn.execute(
-        "SELECT l.pid, a.application_name, a.client_addr::text FROM pg_locks l"
-        " LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
-        " WHERE l.locktype = 'advisory' AND l.classid = %s::int8::oid"
-        " AND l.objid = %s::int8::oid AND l.objsubid = 1 AND l.granted",
-        (hi, lo),
+        sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
     ).fetchone()
-    if row is None:
-        return "the holder just let go; try again"
-    backend, app, addr = row
-    who = app or "an unnamed client"
-    return f"held by {who} (PostgreSQL backend pid {backend}{', from ' + addr if addr else ''})"
+    return int(row[0]) if row else 0
 
 
 def _check_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> None:
@@ -550,13 +888,11 @@ def _check_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> Non
     row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}_meta"',)).fetchone()
     if row is None or row[0] is None:
         raise StoreUnavailable(f"{schema}.{table}: no turnledger events table here")
-    row = conn.execute(
-        sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
-    ).fetchone()
-    version = int(row[0]) if row else 0
-    if version != SCHEMA_VERSION:
+    version = _read_version(conn, meta)
+    # Version 1 reads the same; only the way positions are given changed.
+    if version not in (1, SCHEMA_VERSION):
         raise StoreUnavailable(
-            f"{schema}.{table}: schema version {version}; this release reads {SCHEMA_VERSION}"
+            f"{schema}.{table}: schema version {version}; this release reads 1 and {SCHEMA_VERSION}"
         )
     conn.rollback()
 
@@ -579,10 +915,7 @@ def _create_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> No
                 "CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, value text NOT NULL)"
             ).format(meta)
         )
-        row = conn.execute(
-            sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
-        ).fetchone()
-        version = int(row[0]) if row else 0
+        version = _read_version(conn, meta)
         if version > SCHEMA_VERSION:
             raise StoreUnavailable(
                 f"{schema}.{table}: schema version {version} was written by a newer "
@@ -594,7 +927,7 @@ def _create_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> No
             sql.SQL(
                 """
                 CREATE TABLE IF NOT EXISTS {} (
-                    position       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    position       bigint           PRIMARY KEY,
                     session_id     text             NOT NULL,
                     seq            integer          NOT NULL CHECK (seq >= 1),
                     tag            text             NOT NULL,
@@ -607,6 +940,8 @@ def _create_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> No
                 """
             ).format(t)
         )
+        if version == 1:
+            _migrate_from_1(conn, t)
         conn.execute(
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (position) WHERE seq = 1").format(
                 sql.Identifier(f"{table}_first"), t
@@ -614,8 +949,45 @@ def _create_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> No
         )
         conn.execute(
             sql.SQL(
+                """
+                CREATE TABLE IF NOT EXISTS {} (
+                    session_id    text        PRIMARY KEY,
+                    epoch         bigint      NOT NULL DEFAULT 0,
+                    owner         text,
+                    host          text,
+                    pid           integer,
+                    backend       integer,
+                    backend_start timestamptz,
+                    expires_at    timestamptz NOT NULL DEFAULT now()
+                )
+                """
+            ).format(sql.Identifier(schema, f"{table}_leases"))
+        )
+        conn.execute(
+            sql.SQL(
                 "INSERT INTO {} (key, value) VALUES ('schema_version', %s)"
                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
             ).format(meta),
             (str(SCHEMA_VERSION),),
+        )
+
+
+def _migrate_from_1(conn: psycopg.Connection[Any], t: sql.Identifier) -> None:
+    """Version 1 gave positions from an identity column. Drop the identity
+    (positions are given by the writer now); every old position must lie
+    below the new ones, which start at this transaction's id << 20."""
+    from psycopg import sql
+
+    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(t))
+    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN position DROP IDENTITY IF EXISTS").format(t))
+    row = conn.execute(
+        sql.SQL(
+            "SELECT coalesce(max(position), 0), pg_current_xact_id()::text::int8 << {} FROM {}"
+        ).format(sql.Literal(_SHIFT), t)
+    ).fetchone()
+    assert row is not None
+    if row[0] >= row[1]:
+        raise StoreUnavailable(
+            f"cannot migrate: the highest position {row[0]} is not below the first new one"
+            f" ({row[1]}); this table needs renumbering first"
         )
