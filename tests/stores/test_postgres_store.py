@@ -444,3 +444,27 @@ async def test_a_version_1_table_is_migrated_and_replays(pg_dsn: str) -> None:
     store = await PostgresStore.open(pg_dsn)
     await store.aclose()
     assert _sql(pg_dsn, "SELECT count(*) FROM turnledger_events") == [(6,)]
+
+
+async def test_a_stream_moved_by_another_store_conflicts_alone_in_its_group(
+    two_stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = two_stores
+    assert await a.append("s", _events("s", 0), 0) == 3
+    assert await b.append("s", _events("s", 3), 3) == 6  # a's writer does not know
+    results: dict[str, object] = {}
+
+    async def one(sid: str, expected: int) -> None:
+        try:
+            results[sid] = await a.append(sid, _events(sid, expected), expected)
+        except ConcurrencyConflict as exc:
+            results[sid] = exc
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one, "s", 3)  # stale: the unique key refuses it
+        for i in range(5):
+            nursery.start_soon(one, f"t{i}", 0)
+    assert isinstance(results["s"], ConcurrencyConflict)
+    assert all(results[f"t{i}"] == 3 for i in range(5))
+    assert await a.append("s", _events("s", 6), 6) == 9
+    assert [e.seq for e in await b.read("s")] == list(range(1, 10))

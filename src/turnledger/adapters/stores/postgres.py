@@ -116,6 +116,8 @@ _DDL_CLASS: Final = 0x544C0001
 _SHIFT: Final = 20
 _MAX_ROWS: Final = 1 << _SHIFT
 
+_VERSION_CACHE_LIMIT: Final = 100_000
+
 _UNSAFE_FOR_JSONB: Final = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -172,6 +174,17 @@ class SessionLease:
     live: bool
 
 
+class _Acquire(_Request):
+    __slots__ = ("session_id",)
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+
+
+class _Release(_Acquire):
+    __slots__ = ()
+
+
 class _Writer(_Thread):
     """The store's one writing connection, committing appends in groups."""
 
@@ -180,6 +193,8 @@ class _Writer(_Thread):
         self.max_group = max_group
         self.pg: psycopg.Connection[Any] | None = None
         self.transactions = 0
+        #: session id -> the version this writer last committed
+        self.versions: dict[str, int] = {}
         super().__init__(f"turnledger-postgres-writer:{store.schema}.{store.table}")
 
     def connection(self) -> psycopg.Connection[Any]:
@@ -194,45 +209,127 @@ class _Writer(_Thread):
         return conn
 
     def handle(self, req: _Request) -> _Request | None:
-        assert isinstance(req, _Append)
-        group = [req]
-        rows = len(req.rows)
+        kind = type(req)
+        assert kind in (_Append, _Acquire, _Release)
+        group: list[Any] = [req]
+        rows = len(req.rows) if isinstance(req, _Append) else 0
         carry: _Request | None = None
         while len(group) < self.max_group:
             try:
                 nxt = self.queue.get_nowait()
             except queue.Empty:
                 break
-            if not isinstance(nxt, _Append) or rows + len(nxt.rows) >= _MAX_ROWS:
-                carry = nxt  # keep FIFO order with calls such as close
+            more = len(nxt.rows) if isinstance(nxt, _Append) else 0
+            if type(nxt) is not kind or rows + more >= _MAX_ROWS:
+                carry = nxt  # keep FIFO order, with calls such as close too
                 break
             group.append(nxt)
-            rows += len(nxt.rows)
+            rows += more
         try:
-            done = self.commit_group(group)
+            if kind is _Append:
+                done = self.commit_group(group)
+            elif kind is _Acquire:
+                done = self.acquire_group(group)
+            else:
+                try:
+                    self.store._release_sync([r.session_id for r in group])
+                    done = [(r, outcome.Value(None)) for r in group]
+                except StoreError as exc:
+                    done = [(r, outcome.Error(exc)) for r in group]
         except BaseException as exc:  # pragma: no cover - a bug; never strand callers
             done = [(r, outcome.Error(exc)) for r in group]
         _deliver(done)
         return carry
 
-    def commit_group(self, group: list[_Append]) -> list[tuple[_Request, outcome.Outcome[Any]]]:
+    def acquire_group(
+        self, group: list[_Acquire], retried: bool = False
+    ) -> list[tuple[_Request, outcome.Outcome[Any]]]:
+        """Take the leases of every session in ``group`` that no other store
+        holds live, in one statement."""
+        import psycopg
+
+        store = self.store
+        ids = list(dict.fromkeys(r.session_id for r in group if r.session_id not in store._leases))
+        failed: dict[str, StoreError] = {}
+        if ids:
+            try:
+                conn = self.connection()
+                with conn.transaction():
+                    # A writer mid-append share-locks the row: wait for it,
+                    # but not for long (its transaction may be stalled, and
+                    # this thread's appends wait meanwhile).
+                    conn.execute(store._q_lock_wait)
+                    # FOR UPDATE waits for appends that key-share-locked the
+                    # rows (renewals, plain updates, do not).
+                    conn.execute(store._q_lock_leases, (ids,))
+                    args = (store._token, store._host, store._pid, store._lease, ids)
+                    taken = dict(conn.execute(store._q_take, args).fetchall())
+                    refused = [sid for sid in ids if sid not in taken]
+                    if refused:
+                        for row in conn.execute(store._q_holders, (refused,)).fetchall():
+                            failed[row[0]] = _owned_elsewhere(row)
+                        for sid in refused:
+                            failed.setdefault(sid, SessionOwnedElsewhere(sid, "try again"))
+            except Exception as exc:
+                if not retried and _not_committed(exc, False, self.pg):
+                    return self.acquire_group(group, retried=True)
+                if len(ids) > 1:
+                    out: list[tuple[_Request, outcome.Outcome[Any]]] = []
+                    for req in group:
+                        out.extend(self.acquire_group([req]))
+                    return out
+                sid = ids[0]
+                if isinstance(exc, psycopg.errors.LockNotAvailable):
+                    err: StoreError = SessionOwnedElsewhere(
+                        sid, "its owner is in the middle of an append; try again"
+                    )
+                elif isinstance(exc, psycopg.Error | StoreError):
+                    err = _map_error(exc, f"cannot acquire {sid!r}")
+                else:
+                    err = StoreError(f"cannot acquire {sid!r}: {type(exc).__name__}")
+                    err.__cause__ = exc
+                return [(r, outcome.Error(err)) for r in group]
+            with store._lease_lock:
+                store._leases.update(taken)
+            if taken:
+                store._start_renewer()
+        return [
+            (r, outcome.Error(failed[r.session_id]))
+            if r.session_id in failed
+            else (r, outcome.Value(None))
+            for r in group
+        ]
+
+    def commit_group(
+        self, group: list[_Append], retried: bool = False
+    ) -> list[tuple[_Request, outcome.Outcome[Any]]]:
         import psycopg
 
         store = self.store
         done: list[tuple[_Request, outcome.Outcome[Any]]] = []
         accepted: list[_Append] = []
+        committing = False
         try:
             conn = self.connection()
-            with conn.transaction(), conn.cursor() as cur:
-                row = cur.execute("SELECT pg_current_xact_id()::text::int8").fetchone()
-                assert row is not None
-                base = row[0] << _SHIFT
-                sids = list(dict.fromkeys(r.session_id for r in group))
-                held = {sid: store._leases[sid] for sid in sids if sid in store._leases}
-                epochs: dict[str, int] = {}
-                if held:
-                    epochs = dict(cur.execute(store._q_fence, (list(held),)).fetchall())
-                seen: dict[str, int] = dict(cur.execute(store._q_versions, (sids,)).fetchall())
+            sids = list(dict.fromkeys(r.session_id for r in group))
+            held = {sid: store._leases[sid] for sid in sids if sid in store._leases}
+            # Versions this writer committed last are trusted when the caller
+            # expects them (had another writer moved the stream, the unique
+            # key refuses the rows); others are looked up.
+            known = self.versions
+            first: dict[str, int] = {}
+            for req in group:
+                first.setdefault(req.session_id, req.expected)
+            ask = [sid for sid, exp in first.items() if known.get(sid) != exp]
+            seen = {sid: first[sid] for sid in sids if sid not in ask}
+            seen.update(dict.fromkeys(ask, 0))
+            epochs: dict[str, int] = {}
+            # Pipelined: BEGIN and the check go in one round trip, the INSERT
+            # and COMMIT in another (each round trip also waits for the GIL).
+            with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+                cur.execute(store._q_check, (list(held), ask))
+                for kind, sid, value in cur.fetchall():
+                    (epochs if kind == "f" else seen)[sid] = value
                 rows: list[tuple[Any, ...]] = []
                 for req in group:
                     sid = req.session_id
@@ -241,19 +338,25 @@ class _Writer(_Thread):
                         lost = LeaseLost(sid, mine, epochs.get(sid))
                         done.append((req, outcome.Error(lost)))
                         continue
-                    current = seen.get(sid, 0)
+                    current = seen[sid]
                     if current != req.expected:
                         conflict = ConcurrencyConflict(sid, req.expected, current)
                         done.append((req, outcome.Error(conflict)))
                         continue
                     seen[sid] = req.expected + len(req.rows)
-                    for r in req.rows:
-                        rows.append((base + len(rows), *r))
+                    rows.extend(req.rows)
                     accepted.append(req)
                 if rows:
-                    cur.executemany(store._q_insert, rows)
+                    cur.execute(store._q_insert, [list(c) for c in zip(*rows, strict=True)])
+                committing = True
             # leaving the transaction block committed it
         except Exception as exc:
+            self.versions.clear()
+            if not retried and _not_committed(exc, committing, self.pg):
+                # The connection was lost (the server ended it, or this
+                # process was stopped past idle_in_transaction_session_timeout):
+                # nothing of this transaction was written; again, reconnected.
+                return self.commit_group(group, retried=True)
             if len(group) > 1:
                 # Let each append find its own fate in its own transaction.
                 out: list[tuple[_Request, outcome.Outcome[Any]]] = []
@@ -271,6 +374,10 @@ class _Writer(_Thread):
                 failure.__cause__ = exc
             return [(req, outcome.Error(failure))]
         self.transactions += 1
+        if len(self.versions) > _VERSION_CACHE_LIMIT:
+            self.versions.clear()
+        for req in accepted:
+            self.versions[req.session_id] = seen[req.session_id]
         for req in accepted:
             done.append((req, outcome.Value(req.expected + len(req.rows))))
         return done
@@ -323,16 +430,23 @@ class PostgresStore:
         self._renewer: threading.Thread | None = None
         t = sql.Identifier(schema, table)
         self._l = lt = sql.Identifier(schema, f"{table}_leases")
-        self._q_versions = sql.SQL(
-            "SELECT session_id, max(seq) FROM {} WHERE session_id = ANY(%s) GROUP BY session_id"
-        ).format(t)
-        self._q_fence = sql.SQL(
-            "SELECT session_id, epoch FROM {} WHERE session_id = ANY(%s) FOR KEY SHARE"
-        ).format(lt)
+        # The leases of the owned sessions (key-share-locked until commit:
+        # a takeover waits) and the versions of the sessions asked for.
+        self._q_check = sql.SQL(
+            "WITH f AS (SELECT session_id, epoch FROM {} WHERE session_id = ANY(%s)"
+            " FOR KEY SHARE) SELECT 'f', session_id, epoch FROM f UNION ALL"
+            " SELECT 'v', session_id, max(seq) FROM {} WHERE session_id = ANY(%s)"
+            " GROUP BY session_id"
+        ).format(lt, t)
+        # One statement for the whole group, a column of values each; the
+        # position is this transaction's id << 20 plus the row's index.
         self._q_insert = sql.SQL(
             "INSERT INTO {} (position, session_id, seq, tag, schema_version, payload,"
-            " payload_text, recorded_at) VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s)"
-        ).format(t)
+            " payload_text, recorded_at) SELECT (pg_current_xact_id()::text::int8 << {})"
+            " + n - 1, s, q, t, v, j::jsonb, x, r FROM unnest(%s::text[], %s::int4[],"
+            " %s::text[], %s::int4[], %s::text[], %s::text[], %s::float8[])"
+            " WITH ORDINALITY AS u(s, q, t, v, j, x, r, n)"
+        ).format(t, sql.Literal(_SHIFT))
         cols = sql.SQL(
             "SELECT position, session_id, seq, tag, schema_version,"
             " coalesce(payload_text, payload::text), recorded_at FROM {}"
@@ -352,6 +466,13 @@ class PostgresStore:
         self._q_sessions = sql.SQL(
             "SELECT session_id FROM {} WHERE seq = 1 ORDER BY position"
         ).format(t)
+        lock_wait = max(100, round(self._renew_every * 500))
+        self._q_lock_wait = sql.SQL("SET LOCAL lock_timeout = {}").format(lock_wait)
+        self._q_take = sql.SQL(_TAKE).format(lt)
+        self._q_lock_leases = sql.SQL(
+            "SELECT 1 FROM {} WHERE session_id = ANY(%s) FOR UPDATE"
+        ).format(lt)
+        self._q_holders = sql.SQL(_LEASE_STATE + " WHERE l.session_id = ANY(%s)").format(lt)
         self._writer = None if read_only else _Writer(self, max_group)
 
     @classmethod
@@ -657,63 +778,12 @@ class PostgresStore:
                 holds a live lease; the message names the holder.
             StoreUnavailable: the server cannot be reached.
         """
-        await self._run(self._acquire_sync, session_id)
-
-    def _acquire_sync(self, session_id: str) -> None:
-        import psycopg
-        from psycopg import sql
-
-        if self._read_only:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        if self._writer is None:
             raise StoreError("the PostgreSQL store was opened read-only")
-        with self._lease_lock:
-            if session_id in self._leases:
-                return
-            try:
-                conn = self._lease_connection()
-                with conn.transaction():
-                    # A writer mid-append share-locks the row: wait for it,
-                    # but not forever (its transaction may be stalled).
-                    # (The renewals wait for this too: keep it short.)
-                    wait_ms = max(100, round(self._renew_every * 500))
-                    conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(wait_ms))
-                    conn.execute(
-                        sql.SQL(
-                            "INSERT INTO {} (session_id) VALUES (%s) ON CONFLICT DO NOTHING"
-                        ).format(self._l),
-                        (session_id,),
-                    )
-                    row = conn.execute(
-                        sql.SQL(_LEASE_STATE + " WHERE l.session_id = %s FOR UPDATE OF l").format(
-                            self._l
-                        ),
-                        (session_id,),
-                    ).fetchone()
-                    assert row is not None
-                    _, host, pid, epoch, expires_at, live, token = row
-                    if live and token != self._token:
-                        raise SessionOwnedElsewhere(
-                            session_id,
-                            f"held by turnledger pid={pid} host={host} (lease epoch {epoch},"
-                            f" expires {expires_at.isoformat(timespec='seconds')})",
-                        )
-                    row = conn.execute(
-                        sql.SQL(
-                            "UPDATE {} SET epoch = epoch + 1, owner = %s, host = %s, pid = %s,"
-                            + _MY_BACKEND
-                            + ", expires_at = now() + make_interval(secs => %s)"
-                            " WHERE session_id = %s RETURNING epoch"
-                        ).format(self._l),
-                        (self._token, self._host, self._pid, self._lease, session_id),
-                    ).fetchone()
-                    assert row is not None
-            except psycopg.errors.LockNotAvailable as exc:
-                raise SessionOwnedElsewhere(
-                    session_id, "its owner is in the middle of an append; try again"
-                ) from exc
-            except psycopg.Error as exc:
-                raise _map_error(exc, f"cannot acquire {session_id!r}") from exc
-            self._leases[session_id] = int(row[0])
-            self._start_renewer()
+        if session_id not in self._leases:
+            await self._writer.call(_Acquire(session_id))
 
     def _start_renewer(self) -> None:
         if self._renewer is None:
@@ -770,7 +840,8 @@ class PostgresStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closed or session_id not in self._leases:
             return
-        await trio.to_thread.run_sync(self._release_sync, [session_id])
+        if self._writer is not None:  # with other releases waiting: one UPDATE
+            await self._writer.call(_Release(session_id))
 
     def _release_sync(self, session_ids: list[str]) -> None:
         import psycopg
@@ -862,6 +933,22 @@ _MY_BACKEND: Final = (
     "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())"
 )
 
+# Take the leases of sessions (an array) that no other store holds live:
+# new rows at epoch 1, expired or released ones bumped. Returns those taken.
+_TAKE: Final = (
+    "INSERT INTO {0} AS l (session_id, epoch, owner, host, pid, backend, backend_start,"
+    " expires_at) SELECT s, 1, %s, %s, %s, pg_backend_pid(), (SELECT backend_start"
+    " FROM pg_stat_activity WHERE pid = pg_backend_pid()),"
+    " now() + make_interval(secs => %s) FROM unnest(%s::text[]) AS s"
+    " ON CONFLICT (session_id) DO UPDATE SET epoch = l.epoch + 1, owner = excluded.owner,"
+    " host = excluded.host, pid = excluded.pid, backend = excluded.backend,"
+    " backend_start = excluded.backend_start, expires_at = excluded.expires_at"
+    " WHERE l.owner IS NULL OR l.expires_at <= now() OR NOT EXISTS ("
+    "SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend"
+    " AND a.backend_start = l.backend_start)"
+    " RETURNING session_id, epoch"
+)
+
 # A lease row and whether it is live: unexpired, and its holder's connection
 # still open (the same backend pid started at the same time).
 _LEASE_STATE: Final = (
@@ -870,6 +957,29 @@ _LEASE_STATE: Final = (
     "SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend"
     " AND a.backend_start = l.backend_start), l.owner FROM {} AS l"
 )
+
+
+def _not_committed(exc: Exception, committing: bool, conn: psycopg.Connection[Any] | None) -> bool:
+    """Whether a failed transaction surely wrote nothing and its connection
+    is to be replaced: the connection broke before COMMIT was sent, or the
+    server ended it for idling in the transaction."""
+    from psycopg import errors
+
+    if isinstance(exc, errors.IdleInTransactionSessionTimeout):
+        return True
+    lost = conn is None or conn.broken or conn.closed
+    return lost and isinstance(exc, errors.OperationalError) and not committing
+
+
+def _owned_elsewhere(row: tuple[Any, ...]) -> SessionOwnedElsewhere:
+    sid, host, pid, epoch, expires_at, live, _ = row
+    if not live:
+        return SessionOwnedElsewhere(sid, "its owner just let go; try again")
+    return SessionOwnedElsewhere(
+        sid,
+        f"held by turnledger pid={pid} host={host} (lease epoch {epoch},"
+        f" expires {expires_at.isoformat(timespec='seconds')})",
+    )
 
 
 def _read_version(conn: psycopg.Connection[Any], meta: sql.Identifier) -> int:
