@@ -291,6 +291,8 @@ class _Writer(_Thread):
                 return [(r, outcome.Error(err)) for r in group]
             with store._lease_lock:
                 store._leases.update(taken)
+                for sid in taken:
+                    store._lost.pop(sid, None)
             if taken:
                 store._start_renewer()
         return [
@@ -336,6 +338,7 @@ class _Writer(_Thread):
                     mine = held.get(sid)
                     if mine is not None and epochs.get(sid) != mine:
                         lost = LeaseLost(sid, mine, epochs.get(sid))
+                        store._forget(lost)
                         done.append((req, outcome.Error(lost)))
                         continue
                     current = seen[sid]
@@ -424,6 +427,8 @@ class PostgresStore:
         self._token = uuid.uuid4().hex
         #: session id -> the epoch of the lease this store holds on it
         self._leases: dict[str, int] = {}
+        #: sessions whose lease was found taken over: refused until acquired
+        self._lost: dict[str, LeaseLost] = {}
         self._lease_conn: psycopg.Connection[Any] | None = None
         self._lease_lock = threading.Lock()
         self._stop = threading.Event()
@@ -666,6 +671,9 @@ class PostgresStore:
         if self._writer is None:
             raise StoreError("the PostgreSQL store was opened read-only")
         check_batch(session_id, events, expected_version)
+        lost = self._lost.get(session_id)
+        if lost is not None:
+            raise LeaseLost(session_id, lost.epoch, lost.current_epoch)
         if len(events) >= _MAX_ROWS:
             raise StoreError(f"a batch holds at most {_MAX_ROWS - 1} events")
         rows = []
@@ -832,7 +840,19 @@ class PostgresStore:
             except psycopg.Error as exc:
                 raise _map_error(exc, "cannot renew the leases") from exc
             kept = {r[0] for r in rows}
-            return [sid for sid in ids if sid not in kept]
+            gone = [sid for sid in ids if sid not in kept]
+        held = dict(zip(ids, epochs, strict=True))
+        for sid in gone:
+            self._forget(LeaseLost(sid, held[sid], None))
+        return gone
+
+    def _forget(self, lost: LeaseLost) -> None:
+        """Another store took the session over: stop renewing it, and refuse
+        appends to it until it is acquired again."""
+        with self._lease_lock:
+            if self._leases.get(lost.session_id) == lost.epoch:
+                del self._leases[lost.session_id]
+                self._lost[lost.session_id] = lost
 
     async def release(self, session_id: str) -> None:
         """Give up ownership taken with :meth:`acquire` (no-op if not owned,
