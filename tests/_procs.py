@@ -1,11 +1,29 @@
-"""Reading a child process's report lines with a deadline (shared by tests)."""
+"""Child processes running a snippet with this checkout's turnledger, and
+reading their report lines with a deadline (shared by tests)."""
 
 from __future__ import annotations
 
 import os
 import select
 import subprocess
+import sys
 import time
+from pathlib import Path
+
+import turnledger
+
+
+def spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
+    """``python -c code args...`` with pipes for stdin and stdout."""
+    src = str(Path(turnledger.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        bufsize=0,
+    )
 
 
 def readline_within(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:

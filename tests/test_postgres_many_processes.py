@@ -7,15 +7,12 @@ import itertools
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import trio
 
-import turnledger
-from _procs import readline_within
+from _procs import readline_within, spawn
 from turnledger.adapters.stores import PostgresStore
 from turnledger.events import StoredEvent
 
@@ -52,18 +49,6 @@ trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
 """
 
 
-def _spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
-    src = str(Path(turnledger.__file__).parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=env,
-        bufsize=0,
-    )
-
-
 async def _line(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> str:
     return await trio.to_thread.run_sync(readline_within, proc, timeout)
 
@@ -78,7 +63,7 @@ async def test_hub_processes_append_at_once_and_a_tailing_reader_sees_no_gap(
 ) -> None:
     turns = 3
     store = await PostgresStore.open(pg_dsn)  # the reader (it creates the table)
-    procs = [_spawn(_WRITER, pg_dsn, f"p{n}", str(sessions), str(turns)) for n in range(processes)]
+    procs = [spawn(_WRITER, pg_dsn, f"p{n}", str(sessions), str(turns)) for n in range(processes)]
     try:
         for p in procs:
             assert await _line(p) == "ready"
@@ -191,13 +176,13 @@ trio.run(main, sys.argv[1], sys.argv[2])
 
 
 async def test_a_stalled_owner_loses_the_session_and_cannot_write_after(pg_dsn: str) -> None:
-    first = _spawn(_OWNER, pg_dsn, "first")
+    first = spawn(_OWNER, pg_dsn, "first")
     second: subprocess.Popen[bytes] | None = None
     try:
         assert await _line(first) == "first committed"
         assert await _line(first) == "streaming"
         os.kill(first.pid, signal.SIGSTOP)  # mid-turn: the answer is on its way
-        second = _spawn(_OWNER, pg_dsn, "second")
+        second = spawn(_OWNER, pg_dsn, "second")
         # After the lease ran out the second process takes the session over,
         # recovers the turn in flight as interrupted, and commits its own.
         report = (await _line(second)).split()

@@ -1,16 +1,13 @@
 import json
 import os
 import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
-import turnledger
-from _procs import readline_within
+from _procs import readline_within, spawn
 from turnledger import (
     ConcurrencyConflict,
     LeaseLost,
@@ -208,20 +205,8 @@ trio.run(main, sys.argv[1], sys.argv[2])
 """
 
 
-def _spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
-    src = str(Path(turnledger.__file__).parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=env,
-        bufsize=0,
-    )
-
-
 def test_two_processes_one_session(pg_dsn: str) -> None:
-    procs = [_spawn(_HUB, pg_dsn, "shared"), _spawn(_HUB, pg_dsn, "shared")]
+    procs = [spawn(_HUB, pg_dsn, "shared"), spawn(_HUB, pg_dsn, "shared")]
     try:
         first = [readline_within(p) for p in procs]
         assert sorted(line.split()[0] for line in first) == ["elsewhere", "owner"]
