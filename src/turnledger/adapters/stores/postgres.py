@@ -27,13 +27,16 @@ length, so a stalled writer's transaction cannot stay open forever).
 Positions are increasing but not dense.
 
 Group commit. The writer thread takes every append waiting in its queue (up to
-``max_group``) and writes them in ONE transaction: one query for the current
-versions of all their sessions, one for the leases of the owned ones, one
-``executemany`` for the accepted rows, one COMMIT (one WAL flush). A stale or
-fenced-off append is refused on its own; the others still commit. If the
-transaction fails as a whole (a unique violation from a racing writer, the
-server gone), every append of the group is retried in its own transaction,
-so each caller learns its own fate; a batch is always all or nothing.
+``max_group``) and writes them in ONE transaction, in two round trips
+(pipelined): one query for the leases of the owned sessions and the versions
+of the others (a version this writer committed last is trusted when the
+caller expects it), then one INSERT of all accepted rows and the COMMIT (one
+WAL flush). A stale or fenced-off append is refused on its own; the others
+still commit. If the transaction fails as a whole (a unique violation from a
+racing writer, the server gone), every append of the group is retried in its
+own transaction, so each caller learns its own fate; a batch is always all
+or nothing. Acquires and releases that wait together are grouped the same
+way (one upsert, one UPDATE).
 
 Payloads. ``payload`` is ``jsonb`` (queryable: ``payload->>'request_id'``).
 ``jsonb`` cannot hold U+0000 nor a lone surrogate; for the rare payload that
@@ -49,10 +52,12 @@ each ``renew_every`` seconds. Another store gets
 is live: unexpired, and the holder's connection still open (a process that
 died frees its sessions at once). After expiry another store may take the
 session over, bumping the epoch. Every append to an owned session checks, in
-its transaction, that the epoch is still the one it acquired (the lease row
-is share-locked until commit, so a takeover waits for it or it sees the
-takeover), and is refused with :class:`~turnledger.LeaseLost` otherwise: a
-stalled owner that wakes up after losing the session never writes to it.
+its transaction, that the epoch is still the one it acquired (it locks the
+lease row FOR KEY SHARE until commit, and a takeover locks it FOR UPDATE
+first, so the takeover waits for the append or the append sees the
+takeover; renewals do not wait), and is refused with
+:class:`~turnledger.LeaseLost` otherwise: a stalled owner that wakes up
+after losing the session never writes to it.
 Expiries use the server's clock, so hosts' clocks need not agree.
 
 Schema. ``<table>_meta`` holds the schema version (:data:`SCHEMA_VERSION`).
@@ -255,7 +260,7 @@ class _Writer(_Thread):
             try:
                 conn = self.connection()
                 with conn.transaction():
-                    # A writer mid-append share-locks the row: wait for it,
+                    # A writer mid-append key-share-locks the row: wait for it,
                     # but not for long (its transaction may be stalled, and
                     # this thread's appends wait meanwhile).
                     conn.execute(store._q_lock_wait)
