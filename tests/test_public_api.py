@@ -10,7 +10,7 @@ import pytest
 
 PUBLIC: dict[str, str] = {
     "turnledger": (
-        "CodecError ConcurrencyConflict DecodeError InvalidCommand LimitExceeded "
+        "CodecError ConcurrencyConflict DecodeError InvalidCommand LeaseLost LimitExceeded "
         "ProviderError ReplayError SessionClosed SessionOwnedElsewhere StoreCorrupted "
         "StoreError StoreFull StoreUnavailable StreamProtocolError TurnLedgerError "
         "UnknownEventTag __version__"
@@ -41,7 +41,8 @@ PUBLIC: dict[str, str] = {
         "parse_openai_completion parse_retry_after"
     ),
     "turnledger.adapters.stores": (
-        "JournalStore MemoryStore PostgresStore SQLiteStats SQLiteStore open_store store_kind"
+        "JournalStore MemoryStore PostgresStore SQLiteStats SQLiteStore SessionLease open_store "
+        "store_kind"
     ),
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail Finish Hang Hook InSequence "
