@@ -90,3 +90,42 @@ def test_two_hub_processes_one_owner_then_takeover(pg_dsn: str) -> None:
     finally:
         if first.poll() is None:
             first.kill()
+
+
+async def test_the_sessions_command_shows_who_owns_each_session(pg_dsn: str) -> None:
+    import json
+    import os
+    import socket
+    from pathlib import Path
+
+    import trio
+
+    from turnledger.adapters.stores import PostgresStore
+    from turnledger.events import DEFAULT_CODEC, SessionStarted
+
+    def tl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "turnledger", *args],
+            capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent,
+        )  # fmt: skip
+
+    store = await PostgresStore.open(pg_dsn)
+    try:
+        for sid in ("owned", "free"):
+            start = SessionStarted(system="", model="m")
+            await store.append(
+                sid, [DEFAULT_CODEC.encode(start, session_id=sid, seq=1, recorded_at=1.7e9)], 0
+            )
+        await store.acquire("owned")
+        r = await trio.to_thread.run_sync(tl, "sessions", pg_dsn)
+        assert r.returncode == 0, r.stderr
+        lines = {line.split()[0]: line for line in r.stdout.splitlines()[1:]}
+        assert f"{socket.gethostname()} {os.getpid()}, epoch 1, until " in lines["owned"]
+        assert lines["free"].endswith(" -")
+        r = await trio.to_thread.run_sync(tl, "sessions", pg_dsn, "--json")
+        rows = {row["session_id"]: row for row in map(json.loads, r.stdout.splitlines())}
+        owner = rows["owned"]["owner"]
+        assert (owner["pid"], owner["epoch"], owner["live"]) == (os.getpid(), 1, True)
+        assert rows["free"]["owner"] is None
+    finally:
+        await store.aclose()

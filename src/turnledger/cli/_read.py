@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
+from ..adapters.stores import PostgresStore, SessionLease
 from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
 from ..sessions import SessionState, replay
 from ._args import at_least, text_arg
@@ -154,22 +155,54 @@ async def _cmd_log(args: argparse.Namespace) -> int:
 
 async def _cmd_sessions(args: argparse.Namespace) -> int:
     store = await open_to_read(args.db)
+    owners: dict[str, SessionLease] | None = None
     try:
         streams = await _load(store, None)
+        if isinstance(store, PostgresStore):  # the store that has owners
+            owners = {lease.session_id: lease for lease in await store.owners()}
     finally:
         await store.aclose()
     if not args.json:
-        print(f"{'session':<24} {'turns':>5} {'events':>6}  {'phase':<10} last outcome")
+        print(
+            f"{'session':<24} {'turns':>5} {'events':>6}  {'phase':<10} {'last outcome':<24}"
+            + ("  owner (host pid, lease epoch, expiry)" if owners is not None else "")
+        )
     for sid, events in streams.items():
         summary = session_summary(sid, events)
+        lease = owners.get(sid) if owners is not None else None
         if args.json:
+            if owners is not None:
+                summary["owner"] = _owner_json(lease)
             print_json(summary)
         else:
-            print(
+            line = (
                 f"{visible(sid):<24} {summary['turns']:>5} {summary['events']:>6}  "
-                f"{summary['phase']:<10} {visible(summary['last_outcome'] or '-')}"
+                f"{summary['phase']:<10} {visible(summary['last_outcome'] or '-'):<24}"
             )
+            if owners is not None:
+                line += f"  {_owner_text(lease)}"
+            print(line.rstrip())
     return EXIT_OK
+
+
+def _owner_text(lease: SessionLease | None) -> str:
+    if lease is None:
+        return "-"
+    until = fmt_time(lease.expires_at.timestamp())
+    state = "until" if lease.live else "expired"
+    return f"{visible(lease.host)} {lease.pid}, epoch {lease.epoch}, {state} {until}"
+
+
+def _owner_json(lease: SessionLease | None) -> dict[str, Any] | None:
+    if lease is None:
+        return None
+    return {
+        "host": lease.host,
+        "pid": lease.pid,
+        "epoch": lease.epoch,
+        "expires_at": lease.expires_at.timestamp(),
+        "live": lease.live,
+    }
 
 
 def add_read_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -190,7 +223,9 @@ def add_read_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     lg.set_defaults(run=_cmd_log)
 
     ss = sub.add_parser(
-        "sessions", help="sessions with turn counts and last outcome", parents=[common]
+        "sessions",
+        help="sessions with turn counts and last outcome (and owners, on PostgreSQL)",
+        parents=[common],
     )
     ss.add_argument("db", metavar="DB")
     ss.add_argument("--json", action="store_true", help="one JSON object per session")
