@@ -23,6 +23,7 @@ from ._errors import (
     StreamProtocolError,
     TurnLedgerError,
     UnknownEventTag,
+    WrongEventLoop,
 )
 
 __version__ = "0.1.0"
@@ -45,5 +46,6 @@ __all__ = [
     "StreamProtocolError",
     "TurnLedgerError",
     "UnknownEventTag",
+    "WrongEventLoop",
     "__version__",
 ]

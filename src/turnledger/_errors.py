@@ -48,6 +48,7 @@ __all__ = [
     "StreamProtocolError",
     "TurnLedgerError",
     "UnknownEventTag",
+    "WrongEventLoop",
 ]
 
 
@@ -59,6 +60,14 @@ class InvalidCommand(TurnLedgerError):
     """A message is not allowed in the session's current state.
 
     The state is unchanged and nothing was written.
+    """
+
+
+class WrongEventLoop(TurnLedgerError, RuntimeError):
+    """A trio API was called from asyncio, or the asyncio one from trio.
+
+    The message says which one to use instead (:mod:`turnledger.aio` under
+    asyncio, :func:`turnledger.sessions.open_hub` under trio).
     """
 
 

@@ -1,0 +1,454 @@
+"""The hub from asyncio: trio runs as a guest on the running asyncio loop.
+
+``async with aio.open_hub(store, provider, model=...) as hub`` starts trio with
+:func:`trio.lowlevel.start_guest_run` on the loop that is already running (one
+process, one event-loop thread) and opens :func:`turnledger.sessions.open_hub`
+inside it. The same hub, the same actors, the same stores and providers; only
+the calls are asyncio's: ``await hub.submit(...)`` returns a
+:class:`TurnHandle` whose :meth:`~TurnHandle.preview` is an asyncio async
+iterator and whose :meth:`~TurnHandle.outcome` and :meth:`~TurnHandle.cancel`
+are awaitables.
+
+- Each call runs as one trio task; its result (or the same turnledger
+  exception) comes back on an asyncio future.
+- Cancelling the asyncio task that waits on ``outcome()`` or iterates
+  ``preview()`` detaches that waiter and nothing else: the turn goes on (a web
+  client that disconnects is not a Cancel). ``handle.cancel()`` is the only
+  way to cancel a turn.
+- Leaving the context shuts the hub down as the trio one does (turns in flight
+  are written as ``interrupted``), also when the task holding the context is
+  cancelled: the exit waits for the shutdown, then re-raises the cancellation.
+
+Stores and providers that must be opened or closed under trio (the SQLite
+and PostgreSQL stores, an HTTP provider) can be given as openers: a function
+returning the object or an awaitable of it, called on the trio side; the hub
+then closes what it opened (``aclose()``) after it has shut down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeAlias, TypeVar, final
+
+import outcome
+import sniffio
+import trio
+
+from ._errors import SessionClosed, WrongEventLoop
+from .events import EventStore, HistoryPolicy, OnBusy
+from .sessions import Provider, SessionState, Turn, TurnResult
+from .sessions import open_hub as _trio_open_hub
+
+__all__ = ["Hub", "Opener", "TurnHandle", "open_hub"]
+
+T = TypeVar("T")
+
+#: An object, or a function that returns it (or an awaitable of it), called
+#: on the trio side; an object the hub opened this way is closed by it.
+Opener: TypeAlias = T | Callable[[], T | Awaitable[T]]
+
+
+def _require_asyncio(name: str) -> None:
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        library = None
+    if library != "asyncio":
+        raise WrongEventLoop(
+            f"turnledger.aio.{name} is for asyncio code; under trio use "
+            f"turnledger.sessions.{name} (trio's own hub), which this one wraps"
+        )
+
+
+class _Bridge:
+    """Runs trio calls for asyncio code, one trio task per call."""
+
+    __slots__ = ("closed", "loop", "nursery", "pending", "token")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, token: trio.lowlevel.TrioToken, nursery: trio.Nursery
+    ) -> None:
+        self.loop = loop
+        self.token = token
+        self.nursery = nursery
+        self.closed = False
+        self.pending: set[asyncio.Future[Any]] = set()
+
+    def start(
+        self, fn: Callable[..., Awaitable[T]], *args: Any
+    ) -> tuple[asyncio.Future[T], trio.CancelScope]:
+        """Start ``fn(*args)`` as a trio task; its result comes on the future."""
+        if self.closed:
+            raise SessionClosed("the hub is closed")
+        future: asyncio.Future[T] = self.loop.create_future()
+        scope = trio.CancelScope()
+        self.pending.add(future)
+        future.add_done_callback(self.pending.discard)
+        self.token.run_sync_soon(self._start, future, scope, fn, args)
+        return future, scope
+
+    def cancel(self, scope: trio.CancelScope) -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            self.token.run_sync_soon(scope.cancel)
+
+    async def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        future, scope = self.start(fn, *args)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # Only this call's trio task is cancelled: a waiter goes away,
+            # the turn it waited for does not.
+            self.cancel(scope)
+            raise
+
+    def _start(
+        self,
+        future: asyncio.Future[Any],
+        scope: trio.CancelScope,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+    ) -> None:
+        if future.done():
+            return
+        try:
+            self.nursery.start_soon(self._call, future, scope, fn, args)
+        except RuntimeError:  # the nursery closed: the hub is gone
+            future.set_exception(SessionClosed("the hub is closed"))
+
+    @staticmethod
+    async def _call(
+        future: asyncio.Future[Any],
+        scope: trio.CancelScope,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+    ) -> None:
+        with scope:
+            try:
+                value = await fn(*args)
+            except Exception as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                return
+            if not future.done():
+                future.set_result(value)
+            return
+        if not future.done():
+            future.set_exception(SessionClosed("the hub closed before the call returned"))
+
+    def fail_pending(self) -> None:
+        self.closed = True
+        for future in list(self.pending):
+            if not future.done():
+                future.set_exception(SessionClosed("the hub's trio run ended"))
+
+
+_END: Any = object()
+
+
+class _Pipe:
+    """Preview chunks from a trio task to one asyncio iterator (same thread)."""
+
+    __slots__ = ("error", "items", "waiter")
+
+    def __init__(self) -> None:
+        self.items: collections.deque[str] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.error: BaseException | None = None
+
+    def wake(self, _: object = None) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def pump(self, chunks: AsyncIterator[str]) -> None:
+        try:
+            async for chunk in chunks:
+                self.items.append(chunk)
+                self.wake()
+        except Exception as exc:
+            self.error = exc
+        self.items.append(_END)
+        self.wake()
+
+
+@final
+class TurnHandle:
+    """One submitted question, as asyncio code holds it (see
+    :class:`turnledger.sessions.TurnHandle`)."""
+
+    __slots__ = ("_bridge", "_handle", "request_id", "session_id")
+
+    def __init__(self, bridge: _Bridge, handle: Any) -> None:
+        #: The session the question went to.
+        self.session_id: str = handle.session_id
+        #: The request id (given by the caller, or a fresh uuid4 hex).
+        self.request_id: str = handle.request_id
+        self._bridge = bridge
+        self._handle = handle
+
+    def __repr__(self) -> str:
+        return f"<aio.TurnHandle {self.session_id!r} {self.request_id!r}>"
+
+    @property
+    def done(self) -> bool:
+        """True once the turn has a result (or can no longer get one)."""
+        return bool(self._handle.done)
+
+    async def preview(self) -> AsyncIterator[str]:
+        """The answer's text as it streams, until the turn ends.
+
+        Preview text is never history: check :meth:`outcome`. Every call
+        iterates from the start. Cancelling the task that iterates (or
+        leaving the loop) stops this iterator only; the turn goes on.
+        """
+        _require_asyncio("TurnHandle.preview")
+        pipe = _Pipe()
+        loop = self._bridge.loop
+        call, scope = self._bridge.start(pipe.pump, self._handle.preview())
+        call.add_done_callback(pipe.wake)
+        try:
+            while True:
+                items = pipe.items
+                while items:
+                    item = items.popleft()
+                    if item is _END:
+                        if pipe.error is not None:
+                            raise pipe.error
+                        return
+                    yield item
+                if call.done():
+                    call.result()  # the hub closed under the pump: raise why
+                    return
+                pipe.waiter = loop.create_future()
+                await pipe.waiter
+                pipe.waiter = None
+        finally:
+            if not call.done():
+                self._bridge.cancel(scope)
+
+    async def outcome(self) -> TurnResult:
+        """Wait for the turn's result (as :meth:`turnledger.sessions.TurnHandle.outcome`).
+
+        Cancellation: detaches this waiter; no effect on the turn.
+        """
+        _require_asyncio("TurnHandle.outcome")
+        result: TurnResult = await self._bridge.run(self._handle.outcome)
+        return result
+
+    async def cancel(self) -> TurnResult:
+        """Cancel this turn and wait for its result (as
+        :meth:`turnledger.sessions.TurnHandle.cancel`).
+
+        Cancellation: if cancelled before the Cancel was queued, nothing was
+        sent; afterwards the turn is cancelled and only the wait is abandoned.
+        """
+        _require_asyncio("TurnHandle.cancel")
+        result: TurnResult = await self._bridge.run(self._handle.cancel)
+        return result
+
+
+@final
+class Hub:
+    """The session hub for asyncio code. Get one from :func:`open_hub`.
+
+    Every method is the trio hub's (:class:`turnledger.sessions.Hub`), awaited
+    from asyncio, with the same arguments, results and exceptions.
+    """
+
+    __slots__ = ("_bridge", "_hub")
+
+    def __init__(self, bridge: _Bridge, hub: Any) -> None:
+        self._bridge = bridge
+        self._hub = hub
+
+    async def submit(
+        self, session_id: str, question: str, *, request_id: str | None = None
+    ) -> TurnHandle:
+        """Ask ``question`` in ``session_id``; returns once it is in the mailbox.
+
+        Cancellation: the question may still have been sent; submit again
+        with the same ``request_id`` to join it without asking twice.
+        """
+        _require_asyncio("Hub.submit")
+        handle = await self._bridge.run(self._submit, session_id, question, request_id)
+        return TurnHandle(self._bridge, handle)
+
+    async def _submit(self, session_id: str, question: str, request_id: str | None) -> Any:
+        return await self._hub.submit(session_id, question, request_id=request_id)
+
+    async def open_session(
+        self,
+        session_id: str,
+        *,
+        system: str | None = None,
+        model: str | None = None,
+        policy: HistoryPolicy | None = None,
+        on_busy: OnBusy | None = None,
+    ) -> SessionState:
+        """Start the session's actor, creating the session with these settings if new."""
+        _require_asyncio("Hub.open_session")
+
+        async def call() -> SessionState:
+            state: SessionState = await self._hub.open_session(
+                session_id, system=system, model=model, policy=policy, on_busy=on_busy
+            )
+            return state
+
+        return await self._bridge.run(call)
+
+    async def cancel(self, session_id: str) -> None:
+        """Cancel the turn in flight in ``session_id``, if any."""
+        _require_asyncio("Hub.cancel")
+        await self._bridge.run(self._hub.cancel, session_id)
+
+    async def state(self, session_id: str) -> SessionState:
+        """The session's state (the live actor's, or replayed from the store)."""
+        _require_asyncio("Hub.state")
+        state: SessionState = await self._bridge.run(self._hub.state, session_id)
+        return state
+
+    async def history(self, session_id: str) -> tuple[Turn, ...]:
+        """The session's committed turns, oldest first."""
+        _require_asyncio("Hub.history")
+        turns: tuple[Turn, ...] = await self._bridge.run(self._hub.history, session_id)
+        return turns
+
+    def statistics(self) -> Any:
+        """Counters for monitoring and tests (:class:`~turnledger.sessions.HubStatistics`)."""
+        return self._hub.statistics()
+
+
+async def _opened(stack: contextlib.AsyncExitStack, given: Any) -> Any:
+    if not callable(given):
+        return given
+    value = given()
+    if inspect.isawaitable(value):
+        value = await value
+    close = getattr(value, "aclose", None)
+    if close is not None:
+        stack.push_async_callback(close)
+    return value
+
+
+class _Run:
+    """The trio guest run behind one :func:`open_hub` context."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.ready: asyncio.Future[Hub] = loop.create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.token: trio.lowlevel.TrioToken | None = None
+        self.stop_requested = False
+        self.stop = trio.Event()
+        self.bridge: _Bridge | None = None
+
+    async def main(self, store: Any, provider: Any, options: dict[str, Any]) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        async with contextlib.AsyncExitStack() as stack:
+            opened_store = await _opened(stack, store)
+            opened_provider = await _opened(stack, provider)
+            async with trio.open_nursery() as calls:
+                async with _trio_open_hub(opened_store, opened_provider, **options) as hub:
+                    self.bridge = _Bridge(self.loop, self.token, calls)
+                    if not self.ready.done():
+                        self.ready.set_result(Hub(self.bridge, hub))
+                    if not self.stop_requested:
+                        await self.stop.wait()
+                    self.bridge.closed = True
+                # The hub is shut down: every ticket is resolved, so the calls
+                # still waiting return; the grace only bounds a stuck one.
+                calls.cancel_scope.deadline = trio.current_time() + options.get(
+                    "shutdown_grace", 5.0
+                )
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+        if self.token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self.token.run_sync_soon(self.stop.set)
+
+    def finished(self, result: outcome.Outcome[None]) -> None:
+        if self.bridge is not None:
+            self.bridge.fail_pending()
+        if self.done.done():
+            return
+        if isinstance(result, outcome.Error):
+            self.done.set_exception(result.error)
+        else:
+            self.done.set_result(None)
+
+    async def wait_done(self) -> None:
+        """Wait for the trio run to end, even through cancellations."""
+        cancelled = False
+        while not self.done.done():
+            try:
+                await asyncio.wait((self.done,))
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
+        self.done.result()
+
+
+@asynccontextmanager
+async def open_hub(
+    store: Opener[EventStore],
+    provider: Opener[Provider],
+    *,
+    model: str,
+    **options: Any,
+) -> AsyncIterator[Hub]:
+    """Run the session hub on the running asyncio loop while the context is open.
+
+    Args:
+        store, provider: the objects :func:`turnledger.sessions.open_hub`
+            takes, or openers of them (see :data:`Opener`): a store that
+            opens under trio is given as ``lambda: SQLiteStore.open(path)``.
+        model: the default model of sessions the hub creates.
+        options: every other keyword of :func:`turnledger.sessions.open_hub`
+            (``system``, ``policy``, ``on_busy``, ``max_request_bytes``,
+            ``turn_deadline``, ``idle_timeout``, ``shutdown_grace``, ...).
+
+    Raises:
+        WrongEventLoop: called from trio (use :func:`turnledger.sessions.open_hub`).
+        The errors of :func:`turnledger.sessions.open_hub` and of the openers.
+
+    On exit the hub shuts down as the trio one does; an exit by cancellation
+    waits for that shutdown (bounded by ``shutdown_grace``) before the
+    cancellation goes on.
+    """
+    _require_asyncio("open_hub")
+    loop = asyncio.get_running_loop()
+    run = _Run(loop)
+    options["model"] = model
+    trio.lowlevel.start_guest_run(
+        run.main,
+        store,
+        provider,
+        options,
+        run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+        run_sync_soon_not_threadsafe=loop.call_soon,
+        done_callback=run.finished,
+        host_uses_signal_set_wakeup_fd=True,
+    )
+    try:
+        await asyncio.wait((run.ready, run.done), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        run.request_stop()
+        await run.wait_done()
+        raise
+    if not run.ready.done():
+        await run.wait_done()  # raises the error that ended the run
+        raise SessionClosed("the hub's trio run ended before the hub opened")
+    hub = run.ready.result()
+    try:
+        yield hub
+    finally:
+        hub._bridge.closed = True
+        run.request_stop()
+        await run.wait_done()

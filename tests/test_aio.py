@@ -1,0 +1,295 @@
+"""turnledger.aio: the hub from asyncio, trio running as a guest on the asyncio loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+
+from turnledger import InvalidCommand, SessionClosed, WrongEventLoop, aio
+from turnledger.events import DEFAULT_CODEC, TurnDiscarded
+from turnledger.sessions import (
+    ChatRequest,
+    CommittedResult,
+    DiscardedResult,
+    RejectedResult,
+)
+from turnledger.testing import MemoryStore
+from turnledger.testing._scripted import Chunk, Finish, Hang, Pause, ScriptedProvider, Step
+
+
+def slow_script(request: ChatRequest) -> list[Step]:
+    """Two chunks 0.3 s apart: long enough for a waiter to leave in between."""
+    return [Chunk("one "), Pause(0.3), Chunk("two"), Finish()]
+
+
+def run(
+    store: MemoryStore,
+    provider: ScriptedProvider,
+    body: Callable[[aio.Hub], Awaitable[Any]],
+    **options: Any,
+) -> Any:
+    async def main() -> Any:
+        async with aio.open_hub(store, provider, model="m", **options) as hub:
+            return await body(hub)
+
+    return asyncio.run(main())
+
+
+def tags(store: MemoryStore, session_id: str) -> list[str]:
+    async def read() -> list[str]:
+        return [e.tag for e in await store.read(session_id)]
+
+    return trio.run(read)
+
+
+def discard_reasons(store: MemoryStore, session_id: str) -> list[str]:
+    async def read() -> list[str]:
+        events = await store.read_decoded(session_id, DEFAULT_CODEC)
+        return [e.reason for e in events if isinstance(e, TurnDiscarded)]
+
+    return trio.run(read)
+
+
+def test_submit_preview_outcome_history_state() -> None:
+    store = MemoryStore()
+
+    async def body(hub: aio.Hub) -> None:
+        handle = await hub.submit("s1", "hello", request_id="r1")
+        assert (handle.session_id, handle.request_id) == ("s1", "r1")
+        assert [c async for c in handle.preview()] == ["echo: ", "hello"]
+        result = await handle.outcome()
+        assert isinstance(result, CommittedResult) and result.answer == "echo: hello"
+        assert handle.done
+        # A second preview replays from the start, as the trio one does.
+        assert [c async for c in handle.preview()] == ["echo: ", "hello"]
+        again = await hub.submit("s1", "hello", request_id="r1")
+        repeated = await again.outcome()
+        assert isinstance(repeated, CommittedResult) and repeated.repeated
+        history = await hub.history("s1")
+        assert [(t.question, t.answer) for t in history] == [("hello", "echo: hello")]
+        state = await hub.state("s1")
+        assert len(state.turns) == 1
+        opened = await hub.open_session("s2", system="Be brief.")
+        assert opened.config is not None and opened.config.system == "Be brief."
+        await hub.cancel("s2")  # nothing in flight: nothing happens
+        assert hub.statistics().actors == 2
+
+    run(store, ScriptedProvider(), body)
+    assert tags(store, "s1")[-1] == "turn_committed"
+
+
+def test_cancelling_the_outcome_waiter_does_not_cancel_the_turn() -> None:
+    store = MemoryStore()
+    provider = ScriptedProvider(slow_script)
+
+    async def body(hub: aio.Hub) -> None:
+        handle = await hub.submit("s1", "q")
+        waiter = asyncio.create_task(handle.outcome())
+        await asyncio.sleep(0.1)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        result = await handle.outcome()
+        assert isinstance(result, CommittedResult) and result.answer == "one two"
+
+    run(store, provider, body)
+    assert provider.cancelled == []
+    assert "turn_discarded" not in tags(store, "s1")
+
+
+def test_cancelling_the_preview_reader_does_not_cancel_the_turn() -> None:
+    store = MemoryStore()
+    provider = ScriptedProvider(slow_script)
+
+    async def body(hub: aio.Hub) -> None:
+        handle = await hub.submit("s1", "q")
+        seen: list[str] = []
+
+        async def read() -> None:
+            async for chunk in handle.preview():
+                seen.append(chunk)
+
+        reader = asyncio.create_task(read())
+        await asyncio.sleep(0.1)
+        assert seen == ["one "]
+        reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        # Breaking out of the loop early is the same: the turn goes on.
+        async for _ in handle.preview():
+            break
+        result = await asyncio.wait_for(handle.outcome(), 5)
+        assert isinstance(result, CommittedResult)
+        assert [c async for c in handle.preview()] == ["one ", "two"]
+
+    run(store, provider, body)
+    assert provider.cancelled == []
+    assert tags(store, "s1")[-1] == "turn_committed"
+
+
+def test_handle_cancel_is_what_cancels_a_turn() -> None:
+    store = MemoryStore()
+    provider = ScriptedProvider(lambda request: [Chunk("par"), Hang()])
+
+    async def body(hub: aio.Hub) -> None:
+        handle = await hub.submit("s1", "q")
+        async for _ in handle.preview():
+            break
+        result = await handle.cancel()
+        assert isinstance(result, DiscardedResult) and result.reason == "cancelled"
+        assert result.preview_chars == 3
+        busy = await hub.submit("s1", "next")
+        await asyncio.sleep(0.05)
+        await hub.cancel("s1")
+        second = await busy.outcome()
+        assert isinstance(second, DiscardedResult) and second.reason == "cancelled"
+
+    run(store, provider, body)
+    assert discard_reasons(store, "s1") == ["cancelled", "cancelled"]
+
+
+def test_errors_cross_as_the_same_types() -> None:
+    store = MemoryStore()
+    provider = ScriptedProvider(lambda request: [Hang()])
+
+    async def body(hub: aio.Hub) -> aio.Hub:
+        with pytest.raises(InvalidCommand, match="session id"):
+            await hub.submit("", "q")
+        await hub.open_session("s1", system="A")
+        with pytest.raises(InvalidCommand, match="exists with system"):
+            await hub.open_session("s1", system="B")
+        await hub.submit("s1", "first")
+        rejected = await (await hub.submit("s1", "second")).outcome()
+        assert isinstance(rejected, RejectedResult) and rejected.reason == "busy"
+        return hub
+
+    hub = run(store, provider, body)
+
+    async def after() -> None:
+        with pytest.raises(SessionClosed):
+            await hub.submit("s1", "too late")
+
+    asyncio.run(after())
+
+
+def test_leaving_the_context_interrupts_turns_in_flight() -> None:
+    store = MemoryStore()
+    provider = ScriptedProvider(lambda request: [Chunk("x"), Hang()])
+    results: list[Any] = []
+
+    async def main() -> None:
+        async with aio.open_hub(store, provider, model="m") as hub:
+            handles = [await hub.submit(f"s{i}", "q") for i in range(3)]
+            waiters = [asyncio.create_task(h.outcome()) for h in handles]
+            await asyncio.sleep(0.05)
+        results.extend(await asyncio.gather(*waiters))
+
+    asyncio.run(main())
+    assert all(isinstance(r, DiscardedResult) and r.reason == "interrupted" for r in results)
+    for i in range(3):
+        assert discard_reasons(store, f"s{i}") == ["interrupted"]
+    assert len(provider.cancelled) == 3
+
+
+def test_a_cancelled_holder_still_shuts_the_hub_down() -> None:
+    store = MemoryStore()
+    provider = ScriptedProvider(lambda request: [Chunk("x"), Hang()])
+
+    async def hold(ready: asyncio.Event) -> None:
+        async with aio.open_hub(store, provider, model="m") as hub:
+            await hub.submit("s1", "q")
+            ready.set()
+            await asyncio.sleep(60)
+
+    async def main() -> None:
+        ready = asyncio.Event()
+        holder = asyncio.create_task(hold(ready))
+        await ready.wait()
+        await asyncio.sleep(0.05)
+        holder.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+
+    asyncio.run(main())
+    assert discard_reasons(store, "s1") == ["interrupted"]
+
+
+def test_a_stopping_loop_still_shuts_the_hub_down() -> None:
+    # asyncio.run cancels the tasks left when main returns: one holds a hub
+    # with a turn in flight.
+    store = MemoryStore()
+    provider = ScriptedProvider(lambda request: [Chunk("x"), Hang()])
+
+    async def hold(ready: asyncio.Event) -> None:
+        async with aio.open_hub(store, provider, model="m") as hub:
+            await hub.submit("s1", "q")
+            ready.set()
+            await asyncio.Event().wait()
+
+    async def main() -> None:
+        ready = asyncio.Event()
+        asyncio.get_running_loop().create_task(hold(ready))
+        await ready.wait()
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert discard_reasons(store, "s1") == ["interrupted"]
+
+
+def test_a_store_that_opens_under_trio_is_given_as_an_opener(tmp_path: Any) -> None:
+    from turnledger.adapters.stores import SQLiteStore
+
+    path = tmp_path / "chats.db"
+
+    async def body(hub: aio.Hub) -> None:
+        result = await (await hub.submit("s1", "hi")).outcome()
+        assert isinstance(result, CommittedResult)
+
+    async def main() -> None:
+        async with aio.open_hub(
+            lambda: SQLiteStore.open(path), ScriptedProvider(), model="m"
+        ) as hub:
+            await body(hub)
+
+    asyncio.run(main())
+
+    async def check() -> None:
+        store = await SQLiteStore.open(path)
+        try:
+            events = await store.read("s1")
+            assert events[-1].tag == "turn_committed"
+        finally:
+            await store.aclose()
+
+    trio.run(check)
+
+
+async def test_the_asyncio_hub_under_trio_says_which_one_to_use() -> None:
+    with pytest.raises(WrongEventLoop, match=r"turnledger\.sessions\.open_hub"):
+        async with aio.open_hub(MemoryStore(), ScriptedProvider(), model="m"):
+            pass  # pragma: no cover
+
+
+def test_an_asyncio_handle_used_from_trio_says_which_one_to_use() -> None:
+    store = MemoryStore()
+
+    async def body(hub: aio.Hub) -> None:
+        handle = await hub.submit("s1", "q")
+        await handle.outcome()
+        errors: list[BaseException] = []
+
+        async def from_trio() -> None:
+            try:
+                await handle.outcome()
+            except WrongEventLoop as exc:
+                errors.append(exc)
+
+        # A trio task of the same guest run, as trio code would call it.
+        await hub._bridge.run(from_trio)
+        assert errors and "turnledger.sessions" in str(errors[0])
+
+    run(store, ScriptedProvider(), body)
