@@ -36,10 +36,10 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeAlias, TypeVar, final
 
 import outcome
-import sniffio
 import trio
 
-from ._errors import SessionClosed, WrongEventLoop
+from ._errors import SessionClosed
+from ._loops import require_asyncio
 from .events import EventStore, HistoryPolicy, OnBusy
 from .sessions import Provider, SessionState, Turn, TurnResult
 from .sessions import open_hub as _trio_open_hub
@@ -51,18 +51,6 @@ T = TypeVar("T")
 #: An object, or a function that returns it (or an awaitable of it), called
 #: on the trio side; an object the hub opened this way is closed by it.
 Opener: TypeAlias = T | Callable[[], T | Awaitable[T]]
-
-
-def _require_asyncio(name: str) -> None:
-    try:
-        library = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        library = None
-    if library != "asyncio":
-        raise WrongEventLoop(
-            f"turnledger.aio.{name} is for asyncio code; under trio use "
-            f"turnledger.sessions.{name} (trio's own hub), which this one wraps"
-        )
 
 
 class _Bridge:
@@ -206,7 +194,7 @@ class TurnHandle:
         iterates from the start. Cancelling the task that iterates (or
         leaving the loop) stops this iterator only; the turn goes on.
         """
-        _require_asyncio("TurnHandle.preview")
+        require_asyncio("TurnHandle.preview")
         pipe = _Pipe()
         loop = self._bridge.loop
         call, scope = self._bridge.start(pipe.pump, self._handle.preview())
@@ -236,7 +224,7 @@ class TurnHandle:
 
         Cancellation: detaches this waiter; no effect on the turn.
         """
-        _require_asyncio("TurnHandle.outcome")
+        require_asyncio("TurnHandle.outcome")
         result: TurnResult = await self._bridge.run(self._handle.outcome)
         return result
 
@@ -247,7 +235,7 @@ class TurnHandle:
         Cancellation: if cancelled before the Cancel was queued, nothing was
         sent; afterwards the turn is cancelled and only the wait is abandoned.
         """
-        _require_asyncio("TurnHandle.cancel")
+        require_asyncio("TurnHandle.cancel")
         result: TurnResult = await self._bridge.run(self._handle.cancel)
         return result
 
@@ -274,7 +262,7 @@ class Hub:
         Cancellation: the question may still have been sent; submit again
         with the same ``request_id`` to join it without asking twice.
         """
-        _require_asyncio("Hub.submit")
+        require_asyncio("Hub.submit")
         handle = await self._bridge.run(self._submit, session_id, question, request_id)
         return TurnHandle(self._bridge, handle)
 
@@ -291,7 +279,7 @@ class Hub:
         on_busy: OnBusy | None = None,
     ) -> SessionState:
         """Start the session's actor, creating the session with these settings if new."""
-        _require_asyncio("Hub.open_session")
+        require_asyncio("Hub.open_session")
 
         async def call() -> SessionState:
             state: SessionState = await self._hub.open_session(
@@ -303,18 +291,18 @@ class Hub:
 
     async def cancel(self, session_id: str) -> None:
         """Cancel the turn in flight in ``session_id``, if any."""
-        _require_asyncio("Hub.cancel")
+        require_asyncio("Hub.cancel")
         await self._bridge.run(self._hub.cancel, session_id)
 
     async def state(self, session_id: str) -> SessionState:
         """The session's state (the live actor's, or replayed from the store)."""
-        _require_asyncio("Hub.state")
+        require_asyncio("Hub.state")
         state: SessionState = await self._bridge.run(self._hub.state, session_id)
         return state
 
     async def history(self, session_id: str) -> tuple[Turn, ...]:
         """The session's committed turns, oldest first."""
-        _require_asyncio("Hub.history")
+        require_asyncio("Hub.history")
         turns: tuple[Turn, ...] = await self._bridge.run(self._hub.history, session_id)
         return turns
 
@@ -422,7 +410,7 @@ async def open_hub(
     waits for that shutdown (bounded by ``shutdown_grace``) before the
     cancellation goes on.
     """
-    _require_asyncio("open_hub")
+    require_asyncio("open_hub")
     loop = asyncio.get_running_loop()
     run = _Run(loop)
     options["model"] = model
