@@ -1,8 +1,10 @@
 """Logging setup for applications (the command line uses it).
 
-The library itself never configures structlog: it only logs through
-``structlog.get_logger()``. An application that wants turnledger's lines the
-way the command line shows them calls :func:`configure_logging` once.
+The library itself never configures logging: its loggers use the
+application's structlog configuration if there is one, and standard
+``logging`` otherwise (docs/logging.md). An application that wants
+turnledger's lines the way the command line shows them calls
+:func:`configure_logging` once; it configures structlog for the process.
 """
 
 from __future__ import annotations

@@ -24,10 +24,10 @@ from types import TracebackType
 from typing import Any, ClassVar, Self
 
 import httpx
-import structlog
 import trio
 
 from ..._errors import DecodeError, ProviderError, StreamProtocolError
+from ..._logging import library_logger
 from ...sessions._ports import ChatRequest, Completion, StreamSink
 from ...sessions._request import JsonChatEncoder
 from ._limits import StreamLimits
@@ -36,7 +36,7 @@ from ._stream import MEDIA_TYPES, BodyDecoder, ResponseDecoder, describe
 
 __all__ = ["ChatTransport", "Secret", "map_httpx_error"]
 
-logger = structlog.get_logger("turnledger.providers")
+logger = library_logger("turnledger.providers")
 
 _TIMEOUTS: Mapping[type[httpx.TimeoutException], str] = {
     httpx.ConnectTimeout: "connect timeout",

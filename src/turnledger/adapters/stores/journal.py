@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import attrs
-import structlog
 import trio
 
 from ..._errors import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFull, StoreUnavailable
+from ..._logging import library_logger
 from ...events import StoredEvent
 from ._payloads import check_envelope, dumps_payload, fast_loads, has_float, loads_payload
 from .memory import HeldEvents, check_batch
@@ -374,7 +374,7 @@ class JournalStore(HeldEvents):
         opened = await trio.to_thread.run_sync(_open_files, p, read_only)
         scan = opened.scan
         if scan.torn is not None:
-            structlog.get_logger(__name__).warning(
+            library_logger(__name__).warning(
                 "journal_torn_tail_cut" if not read_only else "journal_torn_tail_skipped",
                 path=str(p),
                 line=scan.torn_line,
