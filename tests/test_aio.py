@@ -195,32 +195,10 @@ def test_leaving_the_context_interrupts_turns_in_flight() -> None:
     assert len(provider.cancelled) == 3
 
 
-def test_a_cancelled_holder_still_shuts_the_hub_down() -> None:
-    store = MemoryStore()
-    provider = ScriptedProvider(lambda request: [Chunk("x"), Hang()])
-
-    async def hold(ready: asyncio.Event) -> None:
-        async with aio.open_hub(store, provider, model="m") as hub:
-            await hub.submit("s1", "q")
-            ready.set()
-            await asyncio.sleep(60)
-
-    async def main() -> None:
-        ready = asyncio.Event()
-        holder = asyncio.create_task(hold(ready))
-        await ready.wait()
-        await asyncio.sleep(0.05)
-        holder.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await holder
-
-    asyncio.run(main())
-    assert discard_reasons(store, "s1") == ["interrupted"]
-
-
-def test_a_stopping_loop_still_shuts_the_hub_down() -> None:
-    # asyncio.run cancels the tasks left when main returns: one holds a hub
-    # with a turn in flight.
+@pytest.mark.parametrize("how", ["the holder is cancelled", "asyncio.run is ending"])
+def test_a_cancelled_holder_still_shuts_the_hub_down(how: str) -> None:
+    # The task holding the hub (with a turn in flight) is cancelled, by the
+    # application or by asyncio.run cancelling the tasks left when main returns.
     store = MemoryStore()
     provider = ScriptedProvider(lambda request: [Chunk("x"), Hang()])
 
@@ -232,12 +210,17 @@ def test_a_stopping_loop_still_shuts_the_hub_down() -> None:
 
     async def main() -> None:
         ready = asyncio.Event()
-        asyncio.get_running_loop().create_task(hold(ready))
+        holder = asyncio.get_running_loop().create_task(hold(ready))
         await ready.wait()
         await asyncio.sleep(0.05)
+        if how == "the holder is cancelled":
+            holder.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await holder
 
     asyncio.run(main())
     assert discard_reasons(store, "s1") == ["interrupted"]
+    assert provider.cancelled
 
 
 def test_a_store_that_opens_under_trio_is_given_as_an_opener(tmp_path: Any) -> None:

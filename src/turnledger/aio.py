@@ -41,7 +41,7 @@ import trio
 from ._errors import SessionClosed
 from ._loops import require_asyncio
 from .events import EventStore, HistoryPolicy, OnBusy
-from .sessions import Provider, SessionState, Turn, TurnResult
+from .sessions import HubStatistics, Provider, SessionState, Turn, TurnResult
 from .sessions import open_hub as _trio_open_hub
 
 __all__ = ["Hub", "Opener", "TurnHandle", "open_hub"]
@@ -306,9 +306,10 @@ class Hub:
         turns: tuple[Turn, ...] = await self._bridge.run(self._hub.history, session_id)
         return turns
 
-    def statistics(self) -> Any:
-        """Counters for monitoring and tests (:class:`~turnledger.sessions.HubStatistics`)."""
-        return self._hub.statistics()
+    def statistics(self) -> HubStatistics:
+        """Counters for monitoring and tests."""
+        stats: HubStatistics = self._hub.statistics()
+        return stats
 
 
 async def _opened(stack: contextlib.AsyncExitStack, given: Any) -> Any:
