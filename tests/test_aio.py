@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import trio
 
-from turnledger import InvalidCommand, SessionClosed, WrongEventLoop, aio
+from turnledger import InvalidCommand, SessionClosed, StoreUnavailable, WrongEventLoop, aio
 from turnledger.events import DEFAULT_CODEC, TurnDiscarded
 from turnledger.sessions import (
     ChatRequest,
@@ -276,3 +276,30 @@ def test_an_asyncio_handle_used_from_trio_says_which_one_to_use() -> None:
         assert errors and "turnledger.sessions" in str(errors[0])
 
     run(store, ScriptedProvider(), body)
+
+
+def test_an_opener_that_fails_fails_open_hub_with_its_error() -> None:
+    closed: list[str] = []
+
+    class Provider(ScriptedProvider):
+        async def aclose(self) -> None:
+            closed.append("provider")
+
+    async def broken() -> MemoryStore:
+        await trio.lowlevel.checkpoint()  # runs on the trio side
+        raise StoreUnavailable("the disk went away")
+
+    async def main() -> None:
+        with pytest.raises(StoreUnavailable, match="the disk went away"):
+            async with aio.open_hub(broken, Provider, model="m"):
+                pass  # pragma: no cover
+
+    asyncio.run(main())
+    assert closed == []  # the provider's opener is called after the store's
+
+    async def second() -> None:
+        async with aio.open_hub(MemoryStore, Provider, model="m") as hub:
+            await (await hub.submit("s1", "q")).outcome()
+
+    asyncio.run(second())
+    assert closed == ["provider"]  # what the hub opened, it closed
