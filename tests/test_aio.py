@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -101,7 +102,9 @@ def test_cancelling_the_outcome_waiter_does_not_cancel_the_turn() -> None:
     assert "turn_discarded" not in tags(store, "s1")
 
 
-def test_cancelling_the_preview_reader_does_not_cancel_the_turn() -> None:
+def test_cancelling_the_preview_reader_does_not_cancel_the_turn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     store = MemoryStore()
     provider = ScriptedProvider(slow_script)
 
@@ -129,6 +132,8 @@ def test_cancelling_the_preview_reader_does_not_cancel_the_turn() -> None:
     run(store, provider, body)
     assert provider.cancelled == []
     assert tags(store, "s1")[-1] == "turn_committed"
+    gc.collect()  # a future left with an unread error would be reported now
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 def test_handle_cancel_is_what_cancels_a_turn() -> None:

@@ -75,9 +75,12 @@ class _Bridge:
             raise SessionClosed("the hub is closed")
         future: asyncio.Future[T] = self.loop.create_future()
         scope = trio.CancelScope()
+        try:
+            self.token.run_sync_soon(self._start, future, scope, fn, args)
+        except trio.RunFinishedError:
+            raise SessionClosed("the hub is closed") from None
         self.pending.add(future)
         future.add_done_callback(self.pending.discard)
-        self.token.run_sync_soon(self._start, future, scope, fn, args)
         return future, scope
 
     def cancel(self, scope: trio.CancelScope) -> None:
@@ -217,6 +220,7 @@ class TurnHandle:
                 pipe.waiter = None
         finally:
             if not call.done():
+                call.cancel()  # nobody will read its result
                 self._bridge.cancel(scope)
 
     async def outcome(self) -> TurnResult:
