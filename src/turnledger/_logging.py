@@ -44,6 +44,14 @@ _PROCESSORS: list[Any] = [
 ]
 
 
+class _StdlibBoundLogger(structlog.stdlib.BoundLogger):
+    """structlog's stdlib logger, answering ``is_enabled_for`` like its
+    filtering loggers do, so callers can skip building a line nobody sees."""
+
+    def is_enabled_for(self, level: int) -> bool:
+        return bool(self._logger.isEnabledFor(level))
+
+
 class _LibraryLogger:
     """A logger that picks its destination when it is bound or used."""
 
@@ -60,7 +68,7 @@ class _LibraryLogger:
             self._stdlib = structlog.wrap_logger(
                 logging.getLogger(self._name),
                 processors=_PROCESSORS,
-                wrapper_class=structlog.stdlib.BoundLogger,
+                wrapper_class=_StdlibBoundLogger,
                 cache_logger_on_first_use=True,
             )
         return self._stdlib
