@@ -35,6 +35,6 @@ def test_the_readme_example_runs(ending: str, tmp_path: Path) -> None:
         )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     out = done.stdout.decode()
-    assert "A turn is a question and its answer." in out
+    assert out.startswith("A turn is a question and its answer.")
     assert "Turn(request_id=" in out and "question='What is a turn?'" in out
     assert (tmp_path / "chats.db").exists()

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import structlog
-
+from ..._logging import library_logger
 from ...events import (
     WIRE_TAGS,
     CompletionIgnored,
@@ -45,7 +44,7 @@ __all__ = [
     "transition_fields",
 ]
 
-#: The name passed to :func:`structlog.get_logger`.
+#: The logger's name (structlog's, or the standard ``logging`` logger's).
 LOGGER_NAME: Final = "turnledger.sessions"
 
 #: Every log event name the session runtime emits, with its level.
@@ -96,8 +95,9 @@ FIELDS: Final[frozenset[str]] = frozenset(
 
 
 def get_logger() -> Any:
-    """The runtime's logger (whatever the application configured)."""
-    return structlog.get_logger(LOGGER_NAME)
+    """The runtime's logger: the application's structlog if it configured
+    structlog, else standard ``logging`` (see :mod:`turnledger._logging`)."""
+    return library_logger(LOGGER_NAME)
 
 
 def is_enabled(log: Any, level: int) -> bool:
