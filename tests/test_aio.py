@@ -17,6 +17,7 @@ from turnledger.sessions import (
     CommittedResult,
     DiscardedResult,
     RejectedResult,
+    open_hub,
 )
 from turnledger.testing import MemoryStore
 from turnledger.testing._scripted import Chunk, Finish, Hang, Pause, ScriptedProvider, Step
@@ -308,3 +309,12 @@ def test_an_opener_that_fails_fails_open_hub_with_its_error() -> None:
 
     asyncio.run(second())
     assert closed == ["provider"]  # what the hub opened, it closed
+
+
+def test_the_trio_hub_under_asyncio_says_which_one_to_use() -> None:
+    async def main() -> None:
+        with pytest.raises(WrongEventLoop, match=r"turnledger\.aio\.open_hub"):
+            async with open_hub(MemoryStore(), ScriptedProvider(), model="m"):
+                pass  # pragma: no cover
+
+    asyncio.run(main())

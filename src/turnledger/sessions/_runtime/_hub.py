@@ -26,6 +26,7 @@ import attrs
 import trio
 
 from ..._errors import InvalidCommand, SessionClosed
+from ..._loops import require_trio
 from ...events import DEFAULT_CODEC, EventStore, HistoryPolicy, Ledger, OnBusy, RequestId
 from .._history import Turn
 from .._machine import SessionState, replay
@@ -460,7 +461,12 @@ async def open_hub(
     :class:`~turnledger.SessionClosed`, queued results are still handled,
     turns in flight are discarded as ``interrupted``, request tasks are
     cancelled. An exception from the body propagates unwrapped.
+
+    Raises:
+        WrongEventLoop: not called from trio (asyncio code uses
+            :func:`turnledger.aio.open_hub`).
     """
+    require_trio("open_hub")
     config = Config(
         start=Start(system, model, Ledger() if policy is None else policy, on_busy),
         max_request_bytes=max_request_bytes,
