@@ -13,8 +13,10 @@ PUBLIC: dict[str, str] = {
         "CodecError ConcurrencyConflict DecodeError InvalidCommand LeaseLost LimitExceeded "
         "ProviderError ReplayError SessionClosed SessionOwnedElsewhere StoreCorrupted "
         "StoreError StoreFull StoreUnavailable StreamProtocolError TurnLedgerError "
-        "UnknownEventTag __version__"
+        "UnknownEventTag WrongEventLoop __version__"
     ),
+    "turnledger.aio": "Hub Opener TurnHandle open_hub",
+    "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WIRE_TAGS "
         "CompletionIgnored DiscardReason Event EventCodec EventDecoder EventStore "

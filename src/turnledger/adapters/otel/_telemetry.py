@@ -1,19 +1,4 @@
-"""OpenTelemetry spans and metrics for turns (``pip install 'turnledger[otel]'``).
-
-The runtime knows nothing of OpenTelemetry: this adapter listens to what it
-already produces. :meth:`Telemetry.store` wraps the event store, so a span
-starts when a ``turn_submitted`` event is durable and ends when the turn's
-``turn_committed``/``turn_discarded`` is: the span says what the log says,
-including for turns decided by a timeout, a cancel or a shutdown, and nothing
-is reported for an append the store refused. :meth:`Telemetry.provider` wraps
-the provider, for what no event records: the server's address, the request
-options, and the moments the stream started and its first chunk arrived. The
-request task's ``session_id`` and ``request_id`` come from the structlog
-context the runtime binds (docs/logging.md).
-
-Attributes follow the OpenTelemetry GenAI semantic conventions 1.44.0
-(docs/telemetry.md). No message content is ever put on a span or a metric.
-"""
+"""The telemetry wrappers of turnledger.adapters.otel (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -33,8 +18,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "turnledger.adapters.otel needs opentelemetry-api: pip install 'turnledger[otel]'"
     ) from exc
 
-from ..events import EventDecoder, EventStore, StoredEvent
-from ..sessions import ChatRequest, Completion, Provider, RequestEncoder, StreamSink
+from ...events import EventDecoder, EventStore, StoredEvent
+from ...sessions import ChatRequest, Completion, Provider, RequestEncoder, StreamSink
 
 __all__ = ["SEMCONV_VERSION", "Telemetry"]
 
