@@ -15,7 +15,11 @@ NASTY = "\x1b]0;owned\x07\x1b[2J\r\x9b\u202e"
 
 
 def tl(
-    *args: str, cwd: Path, stdin: str | None = None, timeout: float = 60
+    *args: str,
+    cwd: Path,
+    stdin: str | None = None,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "turnledger", *args],
@@ -24,21 +28,34 @@ def tl(
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "XDG_DATA_HOME": str(cwd / "xdg"),
+            **(env or {}),
+        },
     )
 
 
 @contextlib.contextmanager
-def loopback_process(tmp_path: Path, answer: str, **responder: float) -> Iterator[str]:
+def loopback_process(
+    tmp_path: Path, answer: str, *, status: int = 200, delay: float = 0.0, **responder: float
+) -> Iterator[str]:
     """A loopback server in a process of its own that answers every request
     with ``answer`` (streamed as ``chat_responder`` does, with
-    ``responder`` options); yields its OpenAI base URL."""
+    ``responder`` options), after ``delay`` seconds; or, with a ``status``
+    other than 200, with that status and ``answer`` as the error body.
+    Yields its OpenAI base URL."""
     script = tmp_path / "server.py"
     script.write_text(
-        "import sys\n"
-        "from turnledger.testing import LoopbackServer, chat_responder\n"
+        "import sys, attrs\n"
+        "from turnledger.testing import LoopbackServer, chat_responder, error_reply\n"
         f"answer = lambda messages: {answer!r}\n"
-        f"server = LoopbackServer(chat_responder(answer, **{responder!r}))\n"
+        f"inner = chat_responder(answer, **{responder!r})\n"
+        f"if {status!r} != 200:\n"
+        f"    inner = lambda exchange: error_reply({status!r}, {answer!r})\n"
+        f"respond = lambda exchange: attrs.evolve(inner(exchange), headers_delay={delay!r})\n"
+        "server = LoopbackServer(respond)\n"
         "with server.start_in_thread() as s:\n"
         "    print(s.openai_base_url, flush=True)\n"
         "    sys.stdin.read()\n"

@@ -82,7 +82,7 @@ def test_ctrl_c_cancels_the_turn_and_keeps_the_chat_open(tmp_path: Path) -> None
         time.sleep(0.5)
         assert chat.poll() is None, "Ctrl-C during a turn must not end the chat"
         _, err = chat.communicate("second question\n", timeout=60)
-        assert chat.returncode == 1  # one turn did not commit
+        assert chat.returncode == 0  # a turn cancelled with Ctrl-C is no failure
         assert "discarded, reason=cancelled" in err
     replay = tl("replay", "c.db", "--json", cwd=tmp_path)
     (state,) = [json.loads(line) for line in replay.stdout.splitlines()]

@@ -1,9 +1,10 @@
-"""``turnledger chat``: one question per line, against a model or the
-built-in loopback server."""
+"""``turnledger chat``: a prompt on a terminal, one question per line from
+a pipe; against a model or the built-in loopback server."""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import signal
 import sys
@@ -11,61 +12,140 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import httpx
 import trio
 
+from .. import __version__
 from ..adapters.providers import OllamaChat, OpenAIChat
-from ..sessions import CommittedResult, Hub, TurnHandle, open_hub
+from ..events import DEFAULT_CODEC, EventStore
+from ..sessions import (
+    CommittedResult,
+    DiscardedResult,
+    Hub,
+    TurnHandle,
+    TurnResult,
+    open_hub,
+    replay,
+)
 from ._args import at_least, http_url, key_json, positive, text_arg
 from ._display import Out, describe, visible
-from ._errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Exit
+from ._errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Exit, display_db, scrub
+from ._hints import ChatSettings, hint
 from ._stores import open_to_write
+from ._terminal import Look, PromptReader, Spinner, data_dir, shown_text
 
 __all__ = ["add_chat_parser"]
+
+_EXAMPLES = """examples:
+  turnledger chat                                   the built-in loopback server, no key
+  OPENAI_BASE_URL=https://api.openai.com/v1 OPENAI_API_KEY=sk-... turnledger chat --model gpt-4o
+  turnledger chat --provider ollama --model llama3.2      (OLLAMA_HOST or 127.0.0.1:11434)
+  turnledger chat --new --system 'Answer in French.'      a fresh session with its own settings
+  printf 'q1\\nq2\\n' | turnledger chat --db x.db          one question per line
+
+The endpoint is --base-url, else OPENAI_BASE_URL (OLLAMA_HOST with --provider ollama),
+else the built-in loopback server. A bare chat continues the session 'chat' in
+%(data)s; the banner says how many turns it resumed, and --new
+(or /new at the prompt) starts a fresh one. A session's model, system prompt and
+history policy are fixed when it starts: giving others for an existing session is
+refused, with the choice spelled out.
+
+At the prompt: Enter asks; Esc-Enter (or Alt-Enter) starts a new line, and a pasted
+block of lines is one question; Up/Down walk the input history; /help lists the
+commands (/exit /quit /new /history). Ctrl-C during an answer cancels that turn
+(nothing is saved); Ctrl-C or Ctrl-D at the prompt ends the chat (exit 0)."""
 
 
 def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     c = sub.add_parser(
         "chat",
         parents=[common],
-        help="chat with a model (reads one question per line when stdin is not a terminal)",
-        description="Without --base-url it talks to a built-in loopback server, so it works "
-        "on a fresh machine. Ctrl-C during an answer cancels that turn; Ctrl-C at the prompt "
-        "or the end of input exits. Exit code 1 if any turn did not commit.",
+        help="chat with a model (a prompt on a terminal, one question per line from a pipe)",
+        description="Chat with a model. Exit code 1 if any turn did not commit (other "
+        "than one cancelled with Ctrl-C).",
+        epilog=_EXAMPLES % {"data": data_dir() / "chat.db"},
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    c.add_argument("--provider", choices=["openai", "ollama"], default="openai")
+    c.add_argument("--provider", choices=["openai", "ollama"], default="openai",
+                   help="the wire protocol: OpenAI chat completions (SSE) or Ollama's "
+                   "/api/chat (default: %(default)s)")  # fmt: skip
     c.add_argument("--base-url", type=http_url, help="e.g. http://127.0.0.1:8080/v1 (OpenAI) or "
-                   "http://127.0.0.1:11434 (Ollama)")  # fmt: skip
-    c.add_argument("--model", type=text_arg, default=None, help="model name (default: loopback)")
+                   "http://127.0.0.1:11434 (Ollama); default: OPENAI_BASE_URL / OLLAMA_HOST, "
+                   "else the built-in loopback server")  # fmt: skip
+    c.add_argument("--model", type=text_arg, default=None,
+                   help="model name, e.g. gpt-4o (required with an endpoint; "
+                   "default with the loopback server: loopback)")  # fmt: skip
     c.add_argument("--api-key-env", default=None, metavar="NAME",
-                   help="environment variable holding the API key "
+                   help="environment variable holding the API key, e.g. MY_KEY "
                    "(default: OPENAI_API_KEY / OLLAMA_API_KEY)")  # fmt: skip
-    c.add_argument("--db", default="turnledger-chat.db", help="event log (default: %(default)s)")
-    c.add_argument(
-        "--session", type=text_arg, default="chat", help="session id (default: %(default)s)"
-    )
-    c.add_argument(
-        "--system",
-        type=text_arg,
-        default=None,
-        help="system prompt (fixed when the session starts)",
-    )
+    c.add_argument("--db", default=None, metavar="DB",
+                   help="event log: a SQLite file, a .jsonl journal or a PostgreSQL URL "
+                   f"(default: {data_dir() / 'chat.db'})")  # fmt: skip
+    c.add_argument("--session", type=text_arg, default="chat",
+                   help="session id, e.g. work (default: %(default)s)")  # fmt: skip
+    c.add_argument("--new", action="store_true",
+                   help="start a fresh session (id: the --session id plus the time) "
+                   "instead of continuing one")  # fmt: skip
+    c.add_argument("--system", type=text_arg, default=None,
+                   help="system prompt, e.g. 'Be brief.' (fixed when a session starts)"
+                   )  # fmt: skip
     c.add_argument("--max-request-bytes", type=positive(int), default=None, metavar="N",
-                   help="cap on the request body, in bytes")  # fmt: skip
+                   help="cap on the request body, in bytes, e.g. 200000")  # fmt: skip
     c.add_argument("--max-prompt-tokens", type=positive(int), default=None, metavar="N",
                    help="cap on the estimated prompt tokens (~4 characters a token)")  # fmt: skip
     c.add_argument("--timeout", type=positive(float), default=120.0, metavar="SECONDS",
                    help="overall deadline per turn (default: %(default)s)")  # fmt: skip
-    c.add_argument("--max-tokens", type=at_least(1), default=None, metavar="N")
-    c.add_argument("--temperature", type=float, default=None)
-    c.add_argument("--stop", action="append", default=None, help="stop sequence (repeatable)")
+    c.add_argument("--max-tokens", type=at_least(1), default=None, metavar="N",
+                   help="most tokens in an answer, e.g. 500 (OpenAI max_tokens, "
+                   "Ollama num_predict); an answer cut there is not kept")  # fmt: skip
+    c.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="sampling temperature, e.g. 0.2 (default: the server's)")  # fmt: skip
+    c.add_argument("--stop", action="append", default=None,
+                   help="stop sequence, e.g. --stop END (repeatable)")  # fmt: skip
     c.add_argument("--param", action="append", type=key_json, default=[], metavar="KEY=JSON",
-                   help="any other request field (repeatable)")  # fmt: skip
+                   help="any other request field, e.g. --param seed=7 (repeatable)")  # fmt: skip
     c.set_defaults(run=_run_chat)
 
 
-def _make_provider(args: argparse.Namespace, base_url: str) -> OpenAIChat | OllamaChat:
-    if not args.base_url:
+@attrs.frozen
+class _Endpoint:
+    #: The base URL the provider is given.
+    base_url: str
+    #: ``--base-url``, ``OPENAI_BASE_URL``, ``OLLAMA_HOST`` or ``loopback``.
+    source: str
+
+
+def _configured_endpoint(args: argparse.Namespace) -> _Endpoint | None:
+    """The endpoint the user configured, as the library reads it: the
+    option, else the provider's environment variable; None if neither."""
+    if args.base_url:
+        return _Endpoint(args.base_url, "--base-url")
+    if args.provider == "ollama":
+        host = os.environ.get("OLLAMA_HOST")
+        if host:
+            url = host if "://" in host else "http://" + host
+            return _Endpoint(_env_url("OLLAMA_HOST", url), "OLLAMA_HOST")
+        return None
+    base = os.environ.get("OPENAI_BASE_URL")
+    return _Endpoint(_env_url("OPENAI_BASE_URL", base), "OPENAI_BASE_URL") if base else None
+
+
+def _env_url(name: str, value: str) -> str:
+    try:
+        return http_url(value)
+    except argparse.ArgumentTypeError as exc:
+        raise Exit(EXIT_USAGE, f"{name}: {exc}") from None
+
+
+def _key_var(args: argparse.Namespace) -> str:
+    if args.api_key_env:
+        return str(args.api_key_env)
+    return "OLLAMA_API_KEY" if args.provider == "ollama" else "OPENAI_API_KEY"
+
+
+def _make_provider(args: argparse.Namespace, endpoint: _Endpoint) -> OpenAIChat | OllamaChat:
+    if endpoint.source == "loopback":
         key: str | None = ""  # the built-in loopback server: never send a key there
     elif args.api_key_env:
         key = os.environ.get(args.api_key_env)
@@ -86,22 +166,40 @@ def _make_provider(args: argparse.Namespace, base_url: str) -> OpenAIChat | Olla
         if args.stop:
             options["stop"] = args.stop
         return OllamaChat(
-            base_url=base_url, api_key=key, options=options or None, extra=extra or None
+            base_url=endpoint.base_url,
+            api_key=key,
+            options=options or None,
+            extra=extra or None,
+            timeout=_TIMEOUTS["ollama"],
         )
     return OpenAIChat(
-        base_url=base_url,
+        base_url=endpoint.base_url,
         api_key=key,
         temperature=args.temperature,
         max_tokens=args.max_tokens,
         stop=args.stop,
         extra=extra or None,
+        timeout=_TIMEOUTS["openai"],
     )
 
 
+def _timeouts() -> dict[str, httpx.Timeout]:
+    from ..adapters.providers.ollama import DEFAULT_OLLAMA_TIMEOUT
+    from ..adapters.providers.openai import DEFAULT_TIMEOUT
+
+    return {"openai": DEFAULT_TIMEOUT, "ollama": DEFAULT_OLLAMA_TIMEOUT}
+
+
+#: The providers' own default timeouts, passed explicitly so that a hint
+#: can say which one fired and how long it was.
+_TIMEOUTS = _timeouts()
+
+
 @asynccontextmanager
-async def _endpoint(args: argparse.Namespace) -> AsyncIterator[str]:
-    if args.base_url:
-        yield args.base_url
+async def _endpoint(args: argparse.Namespace) -> AsyncIterator[_Endpoint]:
+    configured = _configured_endpoint(args)
+    if configured is not None:
+        yield configured
         return
     from ..testing import chat_responder, open_loopback_server
 
@@ -111,7 +209,8 @@ async def _endpoint(args: argparse.Namespace) -> AsyncIterator[str]:
         return f"(loopback) You said: {question!r}. The request held {turns - 1} earlier turn(s)."
 
     async with open_loopback_server(chat_responder(answer, chunk_size=6, pause=0.01)) as server:
-        yield server.openai_base_url if args.provider == "openai" else server.base_url
+        url = server.openai_base_url if args.provider == "openai" else server.base_url
+        yield _Endpoint(url, "loopback")
 
 
 class _Refused(str):
@@ -174,21 +273,101 @@ async def _read_line(lines: _Lines, prompt: str | None) -> str | None:
     return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
 
 
+@attrs.frozen
+class _Existing:
+    """What the store says about a session before the chat starts."""
+
+    model: str
+    system: str
+    turns: int
+
+
+async def _existing(store: EventStore, session_id: str) -> _Existing | None:
+    events = await store.read_decoded(session_id, DEFAULT_CODEC)
+    if not events:
+        return None
+    started = events[0]
+    return _Existing(
+        model=getattr(started, "model", ""),
+        system=getattr(started, "system", ""),
+        turns=len(replay(events).turns),
+    )
+
+
+async def _fresh_id(store: EventStore, base: str) -> str:
+    """A session id nobody has used: ``base`` and the time, then a counter."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    candidate = f"{base}-{stamp}"
+    n = 1
+    while await store.read(candidate):
+        n += 1
+        candidate = f"{base}-{stamp}-{n}"
+    return candidate
+
+
+def _check_settings(args: argparse.Namespace, existing: _Existing) -> None:
+    """Refuse settings the existing session does not have: they would be
+    silently ignored, since a session's settings are fixed when it starts."""
+    clashes = []
+    if args.model is not None and args.model != existing.model:
+        clashes.append(f"model {existing.model!r} (not {args.model!r})")
+    if args.system is not None and args.system != existing.system:
+        clashes.append(f"system prompt {existing.system!r}")
+    if clashes:
+        sid = visible(args.session)
+        raise Exit(
+            EXIT_USAGE,
+            f"session {sid!r} was started with {visible(' and '.join(clashes))}, and a "
+            "session's settings stay fixed. Either add --new to start a fresh session with "
+            f"the new settings, or leave them out to continue {sid!r} as it is.",
+        )
+
+
+def _default_db() -> str:
+    folder = data_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Exit(EXIT_USAGE, f"cannot create {folder}: {exc.strerror}; give --db") from None
+    return str(folder / "chat.db")
+
+
 async def _run_chat(args: argparse.Namespace) -> int:
-    if args.base_url and not args.model:
-        raise Exit(EXIT_USAGE, "--model is required with --base-url")
+    configured = _configured_endpoint(args)
+    if configured is not None and not args.model:
+        raise Exit(EXIT_USAGE, f"--model is required with an endpoint (from {configured.source})")
     model = args.model or "loopback"
-    async with _endpoint(args) as base_url:
+    db = args.db if args.db is not None else _default_db()
+    async with _endpoint(args) as endpoint:
         # Everything the arguments can get wrong fails here, before the
         # store is opened or any task started: a usage error, exit 2.
         try:
-            provider = _make_provider(args, base_url)
+            provider = _make_provider(args, endpoint)
             provider.encoder.encode(model, [])
         except (ValueError, TypeError, httpx.InvalidURL) as exc:
             raise Exit(EXIT_USAGE, f"bad request settings: {exc}") from None
-        store = await open_to_write(args.db)
-        chat = _Conversation(Out(sys.stdout), args.session)
+        key_var = None if endpoint.source == "loopback" else _key_var(args)
+        timeout = _TIMEOUTS[args.provider]
+        settings = ChatSettings(
+            url=provider.url,
+            source=endpoint.source,
+            model=model,
+            key_var=key_var,
+            key_set=bool(key_var and os.environ.get(key_var)),
+            connect_timeout=timeout.connect,
+            read_timeout=timeout.read,
+            turn_deadline=args.timeout,
+        )
+        store = await open_to_write(db)
         try:
+            session_id = await _fresh_id(store, args.session) if args.new else args.session
+            existing = None if args.new else await _existing(store, session_id)
+            if existing is not None:
+                _check_settings(args, existing)
+            chat = _Conversation(Out(sys.stdout), session_id, store, settings)
+            chat.base_id = args.session
+            if chat.interactive:
+                chat.banner(db, existing)
             async with provider, trio.open_nursery() as nursery:
                 nursery.start_soon(chat.on_sigint)
                 async with open_hub(
@@ -201,26 +380,70 @@ async def _run_chat(args: argparse.Namespace) -> int:
                     turn_deadline=args.timeout,
                 ) as hub:
                     with chat.scope:
-                        await chat.read_loop(hub, _Lines(0))
+                        if chat.interactive:
+                            history = data_dir() / "input-history"
+                            await chat.prompt_loop(hub, PromptReader(history, chat.look))
+                        else:
+                            await chat.read_loop(hub, _Lines(0))
                 nursery.cancel_scope.cancel()
         finally:
             await store.aclose()
     return EXIT_FAILED if chat.failures else EXIT_OK
 
 
+_HELP = """commands:
+  /help          this list
+  /history       the turns of this session that were saved
+  /new           start a fresh session (this one stays in the store)
+  /exit, /quit   end the chat (so do Ctrl-D and Ctrl-C at the prompt)
+Enter asks; Esc-Enter (or Alt-Enter) starts a new line; a pasted block is one question.
+Up/Down recall earlier input. Ctrl-C during an answer cancels it: nothing is saved.
+A question that starts with / is written //..."""
+
+
 class _Conversation:
     """One chat: questions from the input, answers streamed to ``out``, and
     Ctrl-C cancelling the turn in flight or, at the prompt, ending the chat."""
 
-    def __init__(self, out: Out, session_id: str) -> None:
+    def __init__(
+        self, out: Out, session_id: str, store: EventStore, settings: ChatSettings
+    ) -> None:
         self.out = out
         self.session_id = session_id
-        self.interactive = sys.stdin is not None and sys.stdin.isatty()
+        #: What /new adds the time to.
+        self.base_id = session_id
+        self.store = store
+        self.settings = settings
+        self.interactive = sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
+        self.look = Look(sys.stdout)
+        self.err = Look(sys.stderr)
         #: Turns that did not commit, and lines refused.
         self.failures = 0
         #: Cancelled to end the chat (Ctrl-C at the prompt).
         self.scope = trio.CancelScope()
         self.current: TurnHandle | None = None
+
+    def say(self, text: str, *codes: str) -> None:
+        """A line for the person at the terminal (stderr)."""
+        sys.stdout.flush()
+        print(self.err.paint(text, *codes), file=sys.stderr, flush=True)
+
+    def banner(self, db: str, existing: _Existing | None) -> None:
+        s = self.settings
+        if s.source == "loopback":
+            where = "built-in loopback server (no --base-url, OPENAI_BASE_URL or OLLAMA_HOST set)"
+        else:
+            where = f"{s.url} (from {s.source})"
+        if existing is None:
+            state = "a new session"
+        else:
+            state = f"resumed {existing.turns} turns (--new or /new starts a fresh session)"
+        self.say(f"turnledger {__version__} chat", Look.BOLD)
+        self.say(f"  model     {visible(s.model)}")
+        self.say(f"  endpoint  {visible(where)}")
+        self.say(f"  store     {visible(display_db(db))}")
+        self.say(f"  session   {visible(self.session_id)}: {state}")
+        self.say("  /help lists the commands; Esc-Enter starts a new line; Ctrl-D ends", Look.DIM)
 
     async def on_sigint(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT) as signals:
@@ -233,7 +456,7 @@ class _Conversation:
     async def read_loop(self, hub: Hub, lines: _Lines) -> None:
         """Ask each line of input, until the end of input."""
         while True:
-            line = await _read_line(lines, "you> " if self.interactive else None)
+            line = await _read_line(lines, None)
             if line is None:
                 return
             if isinstance(line, _Refused):
@@ -241,19 +464,77 @@ class _Conversation:
             elif line.strip():
                 await self.ask(hub, line)
 
+    async def prompt_loop(self, hub: Hub, reader: PromptReader) -> None:
+        """Questions and commands from the prompt, until /exit, ^D or ^C."""
+        while True:
+            text = await reader.read()
+            if text is None:
+                return
+            command = text.strip()
+            if command.startswith("/") and not command.startswith("//"):
+                if not await self.command(command):
+                    return
+            elif "\0" in text:
+                self.fail("refused: the question holds a NUL character")
+            elif command:
+                await self.ask(hub, text[1:] if command.startswith("//") else text)
+
+    async def command(self, command: str) -> bool:
+        """Run a /command; False to end the chat."""
+        name = command.split()[0].lower()
+        if name in ("/exit", "/quit"):
+            return False
+        if name == "/help":
+            self.say(_HELP)
+        elif name == "/new":
+            self.session_id = await _fresh_id(self.store, self.base_id)
+            self.say(f"a new session: {visible(self.session_id)}", Look.DIM)
+        elif name == "/history":
+            await self.history()
+        else:
+            self.say(f"unknown command {visible(name)}: /help lists them", Look.RED)
+        return True
+
+    async def history(self) -> None:
+        events = await self.store.read_decoded(self.session_id, DEFAULT_CODEC)
+        turns = replay(events).turns if events else ()
+        if not turns:
+            self.say("no saved turns in this session yet", Look.DIM)
+        for i, t in enumerate(turns, 1):
+            self.say(f"[{i}] you: {visible(t.question, lines=True)}", Look.BOLD)
+            self.say(f"    {visible(t.answer, lines=True)}")
+
     async def ask(self, hub: Hub, question: str) -> None:
-        """One turn: the answer streams as it arrives; an outcome other than
-        committed is reported on stderr."""
+        """One turn: the answer streams as it arrives (after a spinner on a
+        terminal); an outcome other than committed is reported on stderr."""
         turn = await hub.submit(self.session_id, question)
         self.current = turn
-        async for delta in turn.preview():
-            self.out(delta, end="")
+        shown = ""
+        spinner = Spinner(self.look)
+        async with trio.open_nursery() as nursery:
+            if self.interactive:
+                nursery.start_soon(spinner.run)
+            async for delta in turn.preview():
+                spinner.stop()
+                self.out(delta, end="")
+                shown += delta
+            spinner.stop()
         result = await turn.outcome()
         self.current = None
-        self.out()
+        if not isinstance(result, CommittedResult) and shown and self.interactive:
+            self.look.redraw_dim(shown_text(shown))
+        if shown or isinstance(result, CommittedResult):
+            self.out()
         if not isinstance(result, CommittedResult):
-            self.fail(describe(result))
+            self.fail(describe(result), result)
 
-    def fail(self, message: str) -> None:
-        self.failures += 1
-        print(f"[{visible(message)}]", file=sys.stderr, flush=True)
+    def fail(self, message: str, result: TurnResult | None = None) -> None:
+        # A turn cancelled with Ctrl-C is the user's choice, not a failure.
+        if not (isinstance(result, DiscardedResult) and result.reason == "cancelled"):
+            self.failures += 1
+        saved = "not saved: " if result is not None else ""
+        self.say(f"[{saved}{visible(message)}]", Look.DIM)
+        fix = hint(result, self.settings) if result is not None else None
+        if fix is not None:
+            key = os.environ.get(self.settings.key_var or "", "")
+            self.say(scrub(f"  {visible(fix)}", {key} if key else set()), Look.RED)
