@@ -58,7 +58,7 @@ def _status_hint(code: int, s: ChatSettings) -> str:
             return f"the server refused the request (HTTP {code}) and no key is sent to it"
         if not s.key_set:
             return (
-                f"HTTP {code}: no API key was sent: {s.key_var} is not set. Set it, or "
+                f"HTTP {code}: no API key was sent: {s.key_var} is not set (or empty). Set it, or "
                 "name the variable that holds the key with --api-key-env NAME"
             )
         return (
