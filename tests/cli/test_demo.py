@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,13 +39,30 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path) -> None:
     # and the file tells the same story to `log` and `replay`
     log = tl("log", str(db), "--json", cwd=tmp_path)
     rows = [json.loads(line) for line in log.stdout.splitlines()]
-    tags = [row["event"] for row in rows]
+    tags = [row["tag"] for row in rows]
     assert tags.count("turn_committed") == 2
     assert "completion_ignored" in tags
-    late = next(row for row in rows if row["event"] == "completion_ignored")
+    late = next(row for row in rows if row["tag"] == "completion_ignored")
     assert late["late_by"] > 0.3
-    reasons = {row["reason"] for row in rows if row["event"] == "turn_discarded"}
+    reasons = {row["reason"] for row in rows if row["tag"] == "turn_discarded"}
     assert reasons == {"timeout", "cancelled", "http_status", "incomplete_finish"}
     replay = tl("replay", str(db), "--json", cwd=tmp_path)
     (session,) = [json.loads(line) for line in replay.stdout.splitlines()]
     assert len(session["turns"]) == 2
+
+
+def test_the_closing_hint_runs_as_printed_in_an_unactivated_venv(tmp_path: Path) -> None:
+    # PATH without this environment's bin folder: a venv that was not activated.
+    bin_dir = os.path.dirname(sys.executable)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != bin_dir)
+    r = tl("demo", "--db", "d.db", cwd=tmp_path, env={"PATH": path})
+    assert r.returncode == 0, r.stderr
+    hint = r.stdout.rstrip().splitlines()[-1]
+    prefix = "See the whole story:  "
+    assert hint.startswith(prefix), hint
+    command = hint.removeprefix(prefix)
+    assert not command.startswith("turnledger ")  # not on PATH: a path that works
+    shown = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "PATH": path})  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert " turn_committed " in shown.stdout

@@ -1,7 +1,9 @@
 """The ``turnledger`` command line: the parser and :func:`main`.
 
 One module per command family: :mod:`._demo`, :mod:`._chat` and
-:mod:`._read` (``replay``, ``log``, ``sessions``, with :mod:`._timeline`);
+:mod:`._read` (``replay``, ``log``, ``sessions``, with :mod:`._timeline`),
+:mod:`._browse` (``export``, ``search``); :mod:`._terminal` and :mod:`._hints`
+serve ``chat`` on a terminal;
 :mod:`._stores` opens the store a command names, :mod:`._errors` holds the
 exit codes and keeps passwords out of messages, :mod:`._display` keeps
 terminal controls out of what is printed, :mod:`._args` checks arguments.
@@ -30,6 +32,7 @@ from typing import NoReturn
 import trio
 
 from .. import CodecError, ReplayError, StoreError, TurnLedgerError, __version__
+from ._browse import add_browse_parsers
 from ._chat import add_chat_parser
 from ._demo import add_demo_parser
 from ._display import visible
@@ -74,7 +77,17 @@ def _parser() -> argparse.ArgumentParser:
         prog="turnledger",
         description="LLM chat sessions whose history can be trusted.",
         epilog="DB is a SQLite file, a .jsonl journal, or PostgreSQL: a postgresql:// URL "
-        "or a libpq string such as 'host=127.0.0.1 dbname=app'.",
+        "or a libpq string such as 'host=127.0.0.1 dbname=app'.\n\n"
+        "examples:\n"
+        "  turnledger demo                                   no network, no key\n"
+        "  turnledger chat                                   the built-in loopback server\n"
+        "  turnledger chat --model gpt-4o                    with OPENAI_BASE_URL and "
+        "OPENAI_API_KEY set\n"
+        "  turnledger log chat.db --text                     what happened, turn by turn\n"
+        "  turnledger export chat.db --session chat > chat.md\n"
+        "  turnledger search chat.db 'append-only'\n\n"
+        "'turnledger COMMAND --help' lists a command's options with examples.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"turnledger {__version__}")
     _logging_options(p)
@@ -82,11 +95,14 @@ def _parser() -> argparse.ArgumentParser:
     # there they default to "not given", so they never undo the ones before.
     common = argparse.ArgumentParser(add_help=False)
     _logging_options(common, suppress=True)
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="one of the commands below"
+    )
 
     add_demo_parser(sub, common)
     add_chat_parser(sub, common)
     add_read_parsers(sub, common)
+    add_browse_parsers(sub, common)
     return p
 
 

@@ -28,7 +28,7 @@ from ..sessions import (
     open_hub,
     replay,
 )
-from ._display import Out, describe
+from ._display import Out, command_name, describe
 from ._errors import EXIT_FAILED, EXIT_OK, display_db
 from ._stores import open_to_write
 
@@ -110,7 +110,8 @@ async def _run_demo(args: argparse.Namespace) -> int:
     verdict = "matches" if match else "DOES NOT match"
     out(f"  replayed history {verdict} the live session ({len(state.turns)} turns)")
     out()
-    out(f"See the whole story:  turnledger log {shlex.quote(display_db(db))} --session {session}")
+    log = f"{command_name()} log {shlex.quote(display_db(db))} --session {session}"
+    out(f"See the whole story:  {log}")
     return EXIT_OK if ok and match else EXIT_FAILED
 
 
@@ -297,6 +298,10 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description="No network and no API key: a loopback server on 127.0.0.1 plays "
         "a committed turn, a trim then a timeout, a cancel mid-stream, an HTTP 429, "
         "a length finish and a late completion; then the log is replayed from disk.",
+        epilog="examples:\n  turnledger demo\n  turnledger demo --db demo.jsonl   "
+        "(a JSON-lines journal you can read with jq)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    d.add_argument("--db", default="turnledger-demo.db", help="event log (default: %(default)s)")
+    d.add_argument("--db", default="turnledger-demo.db",
+                   help="event log, e.g. demo.db or demo.jsonl (default: %(default)s)")  # fmt: skip
     d.set_defaults(run=_run_demo)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
+import shlex
+import shutil
+import sys
 from typing import Any, TextIO
 
 from ..sessions import CommittedResult, DiscardedResult, TurnResult
 
-__all__ = ["Out", "describe", "fmt_time", "print_json", "visible", "visible_json"]
+__all__ = ["Out", "command_name", "describe", "fmt_time", "print_json", "visible", "visible_json"]
 
 
 #: What a terminal would act on instead of showing: C0 controls, DEL, C1
@@ -78,3 +82,19 @@ def describe(result: TurnResult) -> str:
         detail = f": {result.detail}" if result.detail else ""
         return f"discarded, reason={result.reason}{detail}"
     return f"rejected, reason={result.reason}: {result.detail}"
+
+
+def command_name() -> str:
+    """How to run this turnledger again from the current shell, as it is:
+    ``turnledger`` when that name on PATH is this installation's script;
+    else that script's path (``.venv/bin/turnledger`` in an un-activated
+    virtual environment); else ``python -m turnledger`` with this Python."""
+    bin_dir = os.path.dirname(sys.executable)
+    script = os.path.join(bin_dir, "turnledger")
+    if not os.path.isfile(script):
+        return f"{shlex.quote(sys.executable)} -m turnledger"
+    found = shutil.which("turnledger")
+    if found and os.path.realpath(found) == os.path.realpath(script):
+        return "turnledger"
+    relative = os.path.relpath(script)
+    return shlex.quote(script if relative.startswith("..") else relative)

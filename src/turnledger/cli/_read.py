@@ -136,7 +136,7 @@ async def _cmd_log(args: argparse.Namespace) -> int:
         for r in rows:
             shown += 1
             if args.json:
-                print_json(r.as_json())
+                print_json(r.as_json(text=args.text))
                 continue
             phase = r.phase_to if r.phase_from == r.phase_to else f"{r.phase_from}→{r.phase_to}"
             reason = f"{r.reason} ({r.detail})" if r.reason and r.detail else r.reason or r.detail
@@ -148,9 +148,23 @@ async def _cmd_log(args: argparse.Namespace) -> int:
                 f"  {r.seq:>4}  {fmt_time(r.recorded_at):<24} {rid:<13} {r.event:<19} "
                 f"{phase:<22} {visible(reason)}".rstrip()
             )
+            if args.text and r.text:
+                who = "you" if r.event == "turn_submitted" else "answer"
+                print(f"        {who}: {_one_line(r.text)}")
     if shown == 0:
         raise Exit(EXIT_NOT_FOUND, f"no events for request {args.request!r}")
     return EXIT_OK
+
+
+#: Characters of a question or an answer ``log --text`` shows.
+_TEXT_WIDTH = 100
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line: every control character (newlines too) as an
+    escape, cut to :data:`_TEXT_WIDTH` characters."""
+    shown = visible(text)
+    return shown if len(shown) <= _TEXT_WIDTH else shown[: _TEXT_WIDTH - 1] + "…"
 
 
 async def _cmd_sessions(args: argparse.Namespace) -> int:
@@ -205,28 +219,59 @@ def _owner_json(lease: SessionLease | None) -> dict[str, Any] | None:
     }
 
 
+_DB_HELP = "the event log: a SQLite file, a .jsonl journal or a PostgreSQL URL, e.g. chat.db"
+
+
 def add_read_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     """The ``replay``, ``log`` and ``sessions`` commands."""
-    r = sub.add_parser("replay", help="rebuild history from a log", parents=[common])
-    r.add_argument("db", metavar="DB")
+    r = sub.add_parser(
+        "replay",
+        help="rebuild history from a log",
+        parents=[common],
+        description="Rebuild each session's history (its committed turns) from the log, "
+        "as the runtime does on restart; nothing in the log changes.",
+        epilog="examples:\n  turnledger replay chat.db\n"
+        "  turnledger replay chat.db --session chat --at 17     as it stood after event 17\n"
+        "  turnledger replay chat.db --json | jq '.turns | length'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument("db", metavar="DB", help=_DB_HELP)
     r.add_argument("--session", "-s", type=text_arg, help="only this session")
     r.add_argument("--at", type=at_least(0), metavar="SEQ", help="as it stood after event SEQ")
     r.add_argument("--json", action="store_true", help="one JSON object per session")
     r.set_defaults(run=_cmd_replay)
 
-    lg = sub.add_parser("log", help="the event timeline of a log", parents=[common])
-    lg.add_argument("db", metavar="DB")
+    lg = sub.add_parser(
+        "log",
+        help="the event timeline of a log",
+        parents=[common],
+        description="Every event in order: its time, request, tag, the phase it moved "
+        "the session through and why; with --text the question and answer too.",
+        epilog="examples:\n  turnledger log chat.db --session chat --text\n"
+        "  turnledger log chat.db --request 3f2a\n"
+        "  turnledger log chat.db --json | jq -c 'select(.tag == \"turn_discarded\")'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    lg.add_argument("db", metavar="DB", help=_DB_HELP)
     lg.add_argument("--session", "-s", type=text_arg, help="only this session")
     lg.add_argument("--request", "-r", type=text_arg,
                     help="only this request id (or a prefix of it)")  # fmt: skip
-    lg.add_argument("--json", action="store_true", help="one JSON object per event")
+    lg.add_argument("--json", action="store_true", help="one JSON object per event, with "
+                    "the keys of the structlog lines (tag, from, to, ISO timestamp)")  # fmt: skip
+    lg.add_argument("--text", action="store_true", help="also the question and the answer, "
+                    "a line each (cut, escapes visible); with --json a text field")  # fmt: skip
     lg.set_defaults(run=_cmd_log)
 
     ss = sub.add_parser(
         "sessions",
         help="sessions with turn counts and last outcome (and owners, on PostgreSQL)",
         parents=[common],
+        description="One line per session: turns in history, events, phase and the "
+        "outcome of its last turn; on PostgreSQL also the process that owns it.",
+        epilog="examples:\n  turnledger sessions chat.db\n"
+        "  turnledger sessions 'postgresql://app@127.0.0.1/app' --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ss.add_argument("db", metavar="DB")
+    ss.add_argument("db", metavar="DB", help=_DB_HELP)
     ss.add_argument("--json", action="store_true", help="one JSON object per session")
     ss.set_defaults(run=_cmd_sessions)

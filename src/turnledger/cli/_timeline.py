@@ -6,6 +6,7 @@ over stored envelopes.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from ..events import (
 )
 from ..sessions import SessionState, evolve, initial_state
 
-__all__ = ["TimelineRow", "phase_name", "replay_stored", "session_summary", "timeline"]
+__all__ = ["TimelineRow", "iso_time", "phase_name", "replay_stored", "session_summary", "timeline"]
 
 
 def phase_name(state: SessionState) -> str:
@@ -53,9 +54,34 @@ class TimelineRow:
     detail: str
     #: For an ignored late completion: seconds after its turn had ended.
     late_by: float | None
+    #: The question (of a ``turn_submitted``) or the answer (of a
+    #: ``turn_committed``); empty for other events.
+    text: str = ""
 
-    def as_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+    def as_json(self, *, text: bool = False) -> dict[str, Any]:
+        """The row as ``log --json`` prints it: the keys of the runtime's
+        structlog ``transition`` lines (``tag``, ``from``, ``to``, an ISO
+        ``timestamp``), and with ``text`` the question or answer."""
+        row: dict[str, Any] = {
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "timestamp": iso_time(self.recorded_at),
+            "request_id": self.request_id,
+            "tag": self.event,
+            "from": self.phase_from,
+            "to": self.phase_to,
+            "reason": self.reason,
+            "detail": self.detail,
+            "late_by": self.late_by,
+        }
+        if text:
+            row["text"] = self.text
+        return row
+
+
+def iso_time(ts: float) -> str:
+    """A store timestamp as structlog's ISO form (UTC, microseconds)."""
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _reason(event: Event) -> tuple[str, str]:
@@ -71,6 +97,14 @@ def _reason(event: Event) -> tuple[str, str]:
             f"{event.request_bytes} bytes"
         )
     return "", ""
+
+
+def _text(event: Event) -> str:
+    if isinstance(event, TurnSubmitted):
+        return event.question
+    if isinstance(event, TurnCommitted):
+        return event.answer
+    return ""
 
 
 def timeline(stored: Sequence[StoredEvent]) -> list[TimelineRow]:
@@ -101,6 +135,7 @@ def timeline(stored: Sequence[StoredEvent]) -> list[TimelineRow]:
                 reason=reason,
                 detail=detail,
                 late_by=late_by,
+                text=_text(event),
             )
         )
     return rows
