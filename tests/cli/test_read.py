@@ -181,3 +181,18 @@ def test_control_characters_are_escaped_by_the_read_commands(tmp_path: Path) -> 
     # JSON stays exact: the escapes decode to the same text
     (state,) = [json.loads(line) for line in shown[3].stdout.splitlines()]
     assert state["session_id"] == f"s{NASTY}" and state["turns"][0]["question"] == f"q{NASTY}"
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    r = tl("chat", "--db", "x.db", cwd=tmp_path, stdin="".join(f"q{i}\n" for i in range(60)))
+    assert r.returncode == 0, r.stderr
+    log = subprocess.Popen(
+        [sys.executable, "-m", "turnledger", "log", "x.db", "--text"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert log.stdout is not None and log.stderr is not None
+    assert log.stdout.readline().startswith(b"session chat")
+    log.stdout.close()  # as `| head -1` does
+    err = log.stderr.read()
+    assert log.wait(timeout=60) == 0, err
+    assert b"Traceback" not in err and b"BrokenPipe" not in err

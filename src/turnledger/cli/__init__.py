@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -130,6 +131,12 @@ def _exit_code(raised: BaseException, secrets: set[str]) -> int:
         return EXIT_FAILED
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
+    if isinstance(exc, BrokenPipeError):
+        # The reader of stdout had enough (``turnledger log DB | head``):
+        # a normal end, without a traceback or a second error at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     raise raised
 
 
