@@ -3,6 +3,7 @@ driven key by key as a person types."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -166,3 +167,22 @@ def test_no_color_keeps_colour_out_and_says_it_in_words(tmp_path: Path, slow_ser
     finish(child)
     assert child.exitstatus == 0
     assert DIM not in seen and "\x1b[31m" not in seen and "\x1b[1m" not in seen
+
+
+def test_log_lines_start_on_a_line_of_their_own(tmp_path: Path) -> None:
+    # the transitions, as console lines on stderr (colourless with NO_COLOR)
+    child = spawn(tmp_path, "-v", NO_COLOR="1")
+    child.logfile_read = seen = io.StringIO()
+    child.expect("you>")
+    child.send("q\r")
+    child.expect("tag=turn_committed")
+    child.expect("you>")
+    child.send("/exit\r")
+    finish(child)
+    shown = re.sub(r"\x1b\[[0-9;?]*[hlmJK]", "", seen.getvalue())
+    lines = [line.rstrip("\r").rpartition("\r")[2] for line in shown.split("\n")]
+    logged = [line for line in lines if "transition" in line]
+    assert len(logged) >= 3 and "\x1b[2m" not in seen.getvalue()
+    assert "\x1b[3" not in seen.getvalue()  # no colour: NO_COLOR
+    for line in logged:  # each begins with its timestamp, after no answer text
+        assert re.match(r"\d{4}-\d\d-\d\dT", line), line

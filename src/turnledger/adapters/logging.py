@@ -10,6 +10,7 @@ turnledger's lines the way the command line shows them calls
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import TextIO
 
@@ -41,7 +42,7 @@ def configure_logging(
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer(ensure_ascii=False)
         if json
-        else structlog.dev.ConsoleRenderer(colors=out.isatty())
+        else structlog.dev.ConsoleRenderer(colors=out.isatty() and not os.environ.get("NO_COLOR"))
     )
     structlog.configure(
         processors=[

@@ -36,7 +36,7 @@ from .. import CodecError, ReplayError, StoreError, TurnLedgerError, __version__
 from ._browse import add_browse_parsers
 from ._chat import add_chat_parser
 from ._demo import add_demo_parser
-from ._display import visible
+from ._display import LogStream, visible
 from ._errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -150,7 +150,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = _parser().parse_args(argv)
     from ..adapters.logging import configure_logging
 
-    configure_logging(json=True if args.log_json else None, verbosity=args.verbose)
+    configure_logging(
+        json=True if args.log_json else None,
+        verbosity=args.verbose,
+        stream=LogStream(sys.stderr),  # type: ignore[arg-type]
+    )
     try:
         code = trio.run(args.run, args)
     except BaseException as raised:

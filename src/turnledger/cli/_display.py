@@ -13,7 +13,17 @@ from typing import Any, TextIO
 
 from ..sessions import CommittedResult, DiscardedResult, TurnResult
 
-__all__ = ["Out", "command_name", "describe", "fmt_time", "print_json", "visible", "visible_json"]
+__all__ = [
+    "LINE",
+    "LogStream",
+    "Out",
+    "command_name",
+    "describe",
+    "fmt_time",
+    "print_json",
+    "visible",
+    "visible_json",
+]
 
 
 #: What a terminal would act on instead of showing: C0 controls, DEL, C1
@@ -58,6 +68,42 @@ def fmt_time(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
 
 
+class _Line:
+    """Whether the terminal's current line holds text not yet ended (an
+    answer streaming, the spinner): a log line must start on a new one."""
+
+    open = False
+    #: The spinner is on the line: wipe it (it comes back on its next turn).
+    spinner = False
+
+
+LINE = _Line()
+
+
+class LogStream:
+    """stderr for the log lines: on a terminal, a log line that would land
+    after an unfinished line of the transcript starts on a line of its own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def write(self, text: str) -> int:
+        if text and self.stream.isatty():
+            if LINE.spinner:  # once: it is drawn again on its next turn
+                self.stream.write("\r\x1b[K")
+                LINE.spinner = False
+            elif LINE.open:
+                self.stream.write("\n")
+                LINE.open = False
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 class Out:
     """Transcript printing: flushed at once, so a pipe shows it as it happens."""
 
@@ -70,6 +116,8 @@ class Out:
     def __call__(self, text: str = "", end: str = "\n") -> None:
         if self.terminal:
             text = visible(text, lines=True)
+            if text or end:
+                LINE.open = not (text + end).endswith("\n")
         self.stream.write(text + end)
         self.stream.flush()
 

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import trio
 
-from ._display import visible
+from ._display import LINE, visible
 
 __all__ = ["Look", "PromptReader", "Spinner", "data_dir"]
 
@@ -99,7 +99,7 @@ class Spinner:
                 frame = self.FRAMES[i % len(self.FRAMES)]
                 self.look.stream.write("\r" + self.look.paint(f"{frame} waiting…", Look.DIM))
                 self.look.stream.flush()
-                self.shown = True
+                self.shown = LINE.spinner = True
                 i += 1
                 await trio.sleep(self.interval)
 
@@ -109,7 +109,7 @@ class Spinner:
         if self.shown:
             self.look.stream.write("\r\x1b[K")
             self.look.stream.flush()
-            self.shown = False
+            self.shown = LINE.spinner = False
 
 
 class PromptReader:
