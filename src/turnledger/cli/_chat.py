@@ -456,7 +456,10 @@ class _Conversation:
     async def read_loop(self, hub: Hub, lines: _Lines) -> None:
         """Ask each line of input, until the end of input."""
         while True:
-            line = await _read_line(lines, None)
+            # A person typing while the answers go to a file or a pipe:
+            # a plain prompt on stderr.
+            typing = sys.stdin is not None and sys.stdin.isatty()
+            line = await _read_line(lines, "you> " if typing else None)
             if line is None:
                 return
             if isinstance(line, _Refused):
