@@ -45,6 +45,24 @@ def test_chat_through_a_pipe_commits_two_turns(tmp_path: Path) -> None:
     assert (summary["turns"], summary["last_outcome"]) == (3, "committed")
 
 
+def test_changed_settings_on_an_existing_session_are_refused_until_new(tmp_path: Path) -> None:
+    first = tl("chat", "--db", "x.db", "--system", "Be brief.", cwd=tmp_path, stdin="q1\n")
+    assert first.returncode == 0, first.stderr
+    # the same session with another system prompt: refused before any turn
+    changed = tl("chat", "--db", "x.db", "--system", "Be long.", cwd=tmp_path, stdin="q2\n")
+    assert changed.returncode == 2
+    assert "--new" in changed.stderr and changed.stdout == ""
+    # --new starts a fresh session with the new settings; the old one is as it was
+    fresh = tl("chat", "--db", "x.db", "--system", "Be long.", "--new", cwd=tmp_path, stdin="q2\n")
+    assert fresh.returncode == 0, fresh.stderr
+    sessions = tl("replay", "x.db", "--json", cwd=tmp_path)
+    by_id = {s["session_id"]: s for s in map(json.loads, sessions.stdout.splitlines())}
+    assert [t["question"] for t in by_id["chat"]["turns"]] == ["q1"]
+    (other,) = [s for sid, s in by_id.items() if sid != "chat"]
+    assert other["session_id"].startswith("chat-")
+    assert [t["question"] for t in other["turns"]] == ["q2"]
+
+
 def test_chat_over_a_journal_and_replay_at_an_earlier_event(tmp_path: Path) -> None:
     r = tl("chat", "--db", "x.jsonl", "--session", "j", cwd=tmp_path, stdin="one\ntwo\n")
     assert r.returncode == 0, r.stderr

@@ -122,6 +122,13 @@ def test_exit_quit_help_new_and_history(tmp_path: Path) -> None:
     again.send("/exit\r")
     finish(again)
     assert again.exitstatus == 0
+    # a bare "exit" at the prompt ends the chat too and never reaches the model
+    bare = spawn(tmp_path)
+    bare.expect("you>")
+    bare.send("exit\r")
+    rest = finish(bare)
+    assert bare.exitstatus == 0 and rest.endswith("\n")
+    assert questions(tmp_path, "chat") == ["one"]
 
 
 def test_the_spinner_shows_until_the_first_byte_and_goes(tmp_path: Path) -> None:

@@ -395,7 +395,7 @@ _HELP = """commands:
   /help          this list
   /history       the turns of this session that were saved
   /new           start a fresh session (this one stays in the store)
-  /exit, /quit   end the chat (so do Ctrl-D and Ctrl-C at the prompt)
+  /exit, /quit   end the chat (so do exit, quit, Ctrl-D and Ctrl-C at the prompt)
 Enter asks; Esc-Enter (or Alt-Enter) starts a new line; a pasted block is one question.
 Up/Down recall earlier input. Ctrl-C during an answer cancels it: nothing is saved.
 A question that starts with / is written //..."""
@@ -474,6 +474,10 @@ class _Conversation:
             if text is None:
                 return
             command = text.strip()
+            # A bare "exit" or "quit" typed at the prompt ends the chat, as in
+            # the shells and REPLs people know; "//exit" sends the word itself.
+            if command.lower() in ("exit", "quit"):
+                return
             if command.startswith("/") and not command.startswith("//"):
                 if not await self.command(command):
                     return
