@@ -475,7 +475,7 @@ class _Conversation:
                 return
             command = text.strip()
             # A bare "exit" or "quit" typed at the prompt ends the chat, as in
-            # the shells and REPLs people know; "//exit" sends the word itself.
+            # the shells and REPLs people know.
             if command.lower() in ("exit", "quit"):
                 return
             if command.startswith("/") and not command.startswith("//"):
