@@ -15,8 +15,10 @@ import turnledger
 from turnledger import ConcurrencyConflict, StoreCorrupted, StoreFull, StoreUnavailable
 from turnledger.adapters.stores import JournalStore
 from turnledger.adapters.stores import journal as journal_module
-from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
+from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StreamStarted
 from turnledger.testing import EventStoreContract, sample_events
+
+from ._store_scenarios import stream_events as _events
 
 
 class TestJournalStore(EventStoreContract):
@@ -24,18 +26,6 @@ class TestJournalStore(EventStoreContract):
 
     async def open_store(self, path: Path) -> EventStore:
         return await JournalStore.open(path / "events.jsonl")
-
-
-def _events(session_id: str, after: int, n: int = 3) -> list[StoredEvent]:
-    return [
-        DEFAULT_CODEC.encode(
-            StreamStarted(RequestId(f"{session_id}/{after + i}")),
-            session_id=session_id,
-            seq=after + i,
-            recorded_at=1.7e9 + after + i,
-        )
-        for i in range(1, n + 1)
-    ]
 
 
 async def _write_journal(path: Path, appends: int = 3) -> None:

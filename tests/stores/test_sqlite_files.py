@@ -15,23 +15,12 @@ import trio
 
 from turnledger import StoreCorrupted, StoreUnavailable
 from turnledger.adapters.stores import SQLiteStore
-from turnledger.events import DEFAULT_CODEC, RequestId, StoredEvent, StreamStarted
+
+from ._store_scenarios import stream_events as _events
 
 pytestmark = pytest.mark.slow
 
 _ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-
-
-def _events(session_id: str, after: int, n: int = 3) -> list[StoredEvent]:
-    return [
-        DEFAULT_CODEC.encode(
-            StreamStarted(RequestId(f"{session_id}/{after + i}")),
-            session_id=session_id,
-            seq=after + i,
-            recorded_at=1.7e9 + after + i,
-        )
-        for i in range(1, n + 1)
-    ]
 
 
 def _files(folder: Path) -> dict[str, bytes]:

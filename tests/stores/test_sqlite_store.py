@@ -12,8 +12,10 @@ from turnledger import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFul
 from turnledger.adapters.stores import SQLiteStore
 from turnledger.adapters.stores._sqlite_thread import Call
 from turnledger.adapters.stores.sqlite import SCHEMA_VERSION
-from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
+from turnledger.events import DEFAULT_CODEC, EventStore, StoredEvent
 from turnledger.testing import EventStoreContract, sample_events
+
+from ._store_scenarios import stream_events as _events
 
 
 class TestSQLiteStore(EventStoreContract):
@@ -21,18 +23,6 @@ class TestSQLiteStore(EventStoreContract):
 
     async def open_store(self, path: Path) -> EventStore:
         return await SQLiteStore.open(path / "events.db")
-
-
-def _events(session_id: str, after: int, n: int = 3, text: str = "") -> list[StoredEvent]:
-    return [
-        DEFAULT_CODEC.encode(
-            StreamStarted(RequestId(f"{session_id}/{after + i}{text}")),
-            session_id=session_id,
-            seq=after + i,
-            recorded_at=1.7e9 + after + i,
-        )
-        for i in range(1, n + 1)
-    ]
 
 
 @pytest.fixture

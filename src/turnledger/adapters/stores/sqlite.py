@@ -27,13 +27,38 @@ back and every append of the group is retried in its own transaction, so each
 caller learns its own fate; a batch is always all or nothing.
 
 The known stream versions are cached between transactions; ``PRAGMA
-data_version`` tells when another connection (another process) wrote to the
-file, and the cache is dropped then.
+data_version`` tells when another connection (a tool other than this store)
+wrote to the file, and the cache is dropped then.
+
+One writer. A writer holds ``fcntl.flock`` on ``<file>.lock`` while it is
+open; a second writer, in this process or another, gets ``StoreUnavailable``
+naming the holder's pid (so it cannot close the first one's live turn as
+``interrupted``). Read-only stores take no lock.
+
+The acknowledged mark. SQLite stops reading a write-ahead log at its first
+bad frame, so a flipped bit there shows a shorter history without an error.
+So the lock file also holds the highest feed position ever acknowledged,
+rewritten in place (one ``pwrite``) after each commit that was synced before
+its callers were told (``synchronous`` FULL or EXTRA), and every open, the
+read-only ones included, refuses with ``StoreCorrupted`` a file that shows
+less. The mark is not synced: it is only ever written after the commit it
+names is on disk, so after a power loss it can only be behind what the file
+holds (a check that finds less), never ahead (a sound file refused), and
+it costs no second fsync per group commit. It lives outside the database and
+its log, where no WAL truncation or checkpoint can touch it. Its limit: a
+power loss in the seconds before the kernel wrote it back loses the last
+mark, not any event. A new file (none there, or empty with no log) starts
+the mark at 0; a restored older copy is refused until its lock file is
+removed.
 
 Schema. ``PRAGMA application_id`` marks the file as turnledger's and
 ``PRAGMA user_version`` holds the schema version (see :data:`SCHEMA_VERSION`).
-Opening creates the schema in an empty file, migrates an older one, and
-refuses a file written by a newer release or by something else.
+Opening creates the schema in an empty file with no write-ahead log bytes
+beside it (a database that shows no tables next to a non-empty log has lost
+it: ``StoreCorrupted``), migrates an older one, and refuses a file written by
+a newer release or by something else. Every check runs first through a
+read-only connection, whose closing never checkpoints, so a refused file and
+its log are left as they were.
 """
 
 from __future__ import annotations
