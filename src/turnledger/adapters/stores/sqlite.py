@@ -427,6 +427,8 @@ class SQLiteStore:
             with trio.CancelScope(shield=True):
                 for t in threads:
                     await t.call(Call(_close_conn(t), last=True))
+            if writer.lock is not None:  # the writer opened, the reader did not
+                writer.lock.release()
             raise
         store = cls(p, writer, reader, synchronous, payload)
         store._read_only = read_only
