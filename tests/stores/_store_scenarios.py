@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from turnledger.events import DEFAULT_CODEC, Ledger, RequestId, StoredEvent, Usage, Window
+from turnledger.events import (
+    DEFAULT_CODEC,
+    Ledger,
+    RequestId,
+    StoredEvent,
+    StreamStarted,
+    Usage,
+    Window,
+)
 from turnledger.sessions import (
     Cancel,
     Completed,
@@ -60,3 +68,17 @@ def conversation(
         else:
             feed(Completed(rid, f"answer {i} again", "stop"))
     return batches, state
+
+
+def stream_events(session_id: str, after: int, n: int = 3, text: str = "") -> list[StoredEvent]:
+    """``n`` small events of ``session_id`` after ``after`` (``text`` goes
+    into their request ids)."""
+    return [
+        DEFAULT_CODEC.encode(
+            StreamStarted(RequestId(f"{session_id}/{after + i}{text}")),
+            session_id=session_id,
+            seq=after + i,
+            recorded_at=1.7e9 + after + i,
+        )
+        for i in range(1, n + 1)
+    ]

@@ -15,8 +15,10 @@ import turnledger
 from turnledger import ConcurrencyConflict, StoreCorrupted, StoreFull, StoreUnavailable
 from turnledger.adapters.stores import JournalStore
 from turnledger.adapters.stores import journal as journal_module
-from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
+from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StreamStarted
 from turnledger.testing import EventStoreContract, sample_events
+
+from ._store_scenarios import stream_events as _events
 
 
 class TestJournalStore(EventStoreContract):
@@ -24,18 +26,6 @@ class TestJournalStore(EventStoreContract):
 
     async def open_store(self, path: Path) -> EventStore:
         return await JournalStore.open(path / "events.jsonl")
-
-
-def _events(session_id: str, after: int, n: int = 3) -> list[StoredEvent]:
-    return [
-        DEFAULT_CODEC.encode(
-            StreamStarted(RequestId(f"{session_id}/{after + i}")),
-            session_id=session_id,
-            seq=after + i,
-            recorded_at=1.7e9 + after + i,
-        )
-        for i in range(1, n + 1)
-    ]
 
 
 async def _write_journal(path: Path, appends: int = 3) -> None:
@@ -163,8 +153,9 @@ def _flip_crc(line: bytes) -> bytes:
     ("tear", "reason"),
     [
         (lambda lines: [*lines[:-1], lines[-1][:-40]], "no newline"),
-        (lambda lines: [*lines[:-1], _flip_crc(lines[-1])], "checksum"),
-        (lambda lines: [*lines[:-1], b'{"position": 9, "seq\n'], "damaged"),
+        (lambda lines: [*lines[:-1], lines[-1][:-40] + b"\0" * 40], "no newline"),
+        # Part of the last write never reached the disk: zeros, then its end.
+        (lambda lines: [*lines[:-1], b"\0" * 60 + lines[-1][60:]], "zeros"),
         (lambda lines: lines[:-1], "incomplete"),  # an append of 3 lost its last line
     ],
 )
@@ -191,6 +182,10 @@ async def test_torn_tail_is_cut_with_a_warning(
         [warning] = [entry for entry in logs if entry["log_level"] == "warning"]
         assert warning["event"] == "journal_torn_tail_cut"
         assert warning["line"] == 7 and reason in warning["reason"]
+        # The cut bytes were kept in a side file, named in the warning.
+        saved = Path(warning["saved_to"])
+        assert saved.parent == tmp_path and saved.name.startswith("events.jsonl.torn-")
+        assert intact + saved.read_bytes() == b"".join(tear(lines))
         # The journal goes on from there.
         assert await store.append("a", _events("a", 3), 3) == 6
     finally:
@@ -200,6 +195,39 @@ async def test_torn_tail_is_cut_with_a_warning(
         assert len(await reopened.read_all()) == 9
     finally:
         await reopened.aclose()
+
+
+def _flip_bit(line: bytes) -> bytes:
+    i = line.index(b'"tag":') + 8
+    return line[:i] + bytes([line[i] ^ 0x04]) + line[i + 1 :]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(_flip_crc, id="checksum"),
+        pytest.param(_flip_bit, id="flipped-bit"),
+        pytest.param(lambda b: b.replace(b'"tag":"', b'"tag":"\xff', 1), id="not-utf8"),
+        pytest.param(lambda b: b'{"position": 9, "seq\n', id="not-json"),
+        pytest.param(lambda b: b"\0" + b[1:], id="one-zero-byte"),
+    ],
+)
+async def test_a_complete_damaged_last_line_is_refused_not_cut(
+    tmp_path: Path, damage: Callable[[bytes], bytes]
+) -> None:
+    # A last line with its newline was written whole: if it fails its
+    # checks it is damage (the acknowledged append it holds must not be cut).
+    path = tmp_path / "events.jsonl"
+    await _write_journal(path)
+    lines = _lines(path)
+    path.write_bytes(b"".join([*lines[:-1], damage(lines[-1])]))
+    before = path.read_bytes()
+    with pytest.raises(StoreCorrupted, match="line 9"):
+        await JournalStore.open(path)
+    with pytest.raises(StoreCorrupted, match="line 9"):
+        await JournalStore.open(path, read_only=True)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl", "events.jsonl.lock"]
 
 
 async def test_a_failed_write_is_cut_off_again(
@@ -348,3 +376,71 @@ async def test_zeros_left_by_a_crash_after_good_records_are_cut(tmp_path: Path) 
     finally:
         await store.aclose()
     assert path.read_bytes() == good
+
+
+_OPEN_IN_A_SMALL_CHILD = """
+import resource, sys, trio
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # 1 GiB: fail, never swap
+from turnledger.adapters.stores import JournalStore
+
+async def main():
+    try:
+        store = await JournalStore.open(sys.argv[1], read_only=sys.argv[2] == "ro")
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+    else:
+        print("opened", len(await store.read_all()))
+        await store.aclose()
+
+trio.run(main)
+"""
+
+
+@pytest.mark.parametrize("mode", ["rw", "ro"])
+def test_a_journal_that_is_a_device_is_refused_without_reading_it(
+    tmp_path: Path, mode: str
+) -> None:
+    path = tmp_path / "events.jsonl"
+    path.symlink_to("/dev/zero")
+    child = subprocess.run(
+        [sys.executable, "-c", _OPEN_IN_A_SMALL_CHILD, str(path), mode],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    out = child.stdout.decode()
+    assert out.startswith("StoreUnavailable") and "is a device" in out, (out, child.stderr[-500:])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl"]  # no lock file
+
+
+async def test_a_directory_given_as_the_journal_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.mkdir()
+    for read_only in (False, True):
+        with pytest.raises(StoreUnavailable, match="is a directory"):
+            await JournalStore.open(path, read_only=read_only)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl"]
+
+
+async def test_a_journal_that_cannot_be_opened_leaves_no_lock_file(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable):
+        await JournalStore.open(tmp_path / "missing" / "events.jsonl")
+    # A damaged journal (refused after its lock was taken) leaves none either.
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"not a journal\n")
+    with pytest.raises(StoreCorrupted):
+        await JournalStore.open(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl"]
+
+
+async def test_no_read_goes_past_the_size_cap(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    await _write_journal(path)
+    size = path.stat().st_size
+    with pytest.raises(StoreFull, match=f"larger than its cap of {size - 1} bytes"):
+        await JournalStore.open(path, max_bytes=size - 1, read_only=True)
+    store = await JournalStore.open(path, max_bytes=size)
+    try:
+        assert len(await store.read_all()) == 9
+    finally:
+        await store.aclose()

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from _store_scenarios import conversation
 
 from turnledger.adapters.stores import (
     JournalStore,
@@ -16,6 +15,8 @@ from turnledger.adapters.stores import (
 )
 from turnledger.events import DEFAULT_CODEC
 from turnledger.sessions import replay
+
+from ._store_scenarios import conversation
 
 
 @pytest.fixture(params=["sqlite", "journal", pytest.param("postgres", marks=pytest.mark.postgres)])

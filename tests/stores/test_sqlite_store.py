@@ -1,3 +1,4 @@
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
@@ -9,9 +10,12 @@ import trio.testing
 
 from turnledger import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFull, StoreUnavailable
 from turnledger.adapters.stores import SQLiteStore
-from turnledger.adapters.stores.sqlite import SCHEMA_VERSION, _Call
-from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
+from turnledger.adapters.stores._io_thread import Call
+from turnledger.adapters.stores.sqlite import SCHEMA_VERSION
+from turnledger.events import DEFAULT_CODEC, EventStore, StoredEvent
 from turnledger.testing import EventStoreContract, sample_events
+
+from ._store_scenarios import stream_events as _events
 
 
 class TestSQLiteStore(EventStoreContract):
@@ -19,18 +23,6 @@ class TestSQLiteStore(EventStoreContract):
 
     async def open_store(self, path: Path) -> EventStore:
         return await SQLiteStore.open(path / "events.db")
-
-
-def _events(session_id: str, after: int, n: int = 3, text: str = "") -> list[StoredEvent]:
-    return [
-        DEFAULT_CODEC.encode(
-            StreamStarted(RequestId(f"{session_id}/{after + i}{text}")),
-            session_id=session_id,
-            seq=after + i,
-            recorded_at=1.7e9 + after + i,
-        )
-        for i in range(1, n + 1)
-    ]
 
 
 @pytest.fixture
@@ -148,7 +140,7 @@ async def test_a_failed_group_is_retried_append_by_append(store: SQLiteStore) ->
         (pages,) = conn.execute("PRAGMA page_count").fetchone()
         conn.execute(f"PRAGMA max_page_count = {pages + 40}")
 
-    await store._writer.call(_Call(cap))
+    await store._writer.call(Call(cap))
     huge = "x" * 400_000
     results: dict[str, object] = {}
 
@@ -225,23 +217,52 @@ async def test_cancelled_append_is_not_abandoned(store: SQLiteStore) -> None:
         assert [e.seq for e in await store.read("s")] == [1, 2, 3]
 
 
-async def test_another_writer_on_the_same_file_is_seen(tmp_path: Path) -> None:
-    # Two stores on one file (as two processes would be): the version each
-    # one caches must not go stale.
+async def test_a_second_writer_is_refused_and_readers_go_on(tmp_path: Path) -> None:
+    # One writer per file (in this process or another): the second is
+    # refused naming the holder's pid; readers read beside the writer.
     path = tmp_path / "events.db"
     with trio.fail_after(30):
         a = await SQLiteStore.open(path)
-        b = await SQLiteStore.open(path)
         try:
             assert await a.append("s", _events("s", 0), 0) == 3
-            assert await b.append("s", _events("s", 3), 3) == 6
-            with pytest.raises(ConcurrencyConflict):
-                await a.append("s", _events("s", 3), 3)
-            assert await a.append("s", _events("s", 6), 6) == 9
-            assert [e.seq for e in await b.read("s")] == list(range(1, 10))
+            with pytest.raises(
+                StoreUnavailable, match=f"locked by another writer \\(pid {os.getpid()},"
+            ):
+                await SQLiteStore.open(path)
+            reader = await SQLiteStore.open(path, read_only=True)
+            try:
+                assert [e.seq for e in await reader.read("s")] == [1, 2, 3]
+                assert await a.append("s", _events("s", 3), 3) == 6
+                assert [e.seq for e in await reader.read("s")] == list(range(1, 7))
+            finally:
+                await reader.aclose()
         finally:
             await a.aclose()
-            await b.aclose()
+        # Closing the writer released the lock.
+        b = await SQLiteStore.open(path)
+        await b.aclose()
+
+
+async def test_a_write_by_another_connection_is_seen(tmp_path: Path) -> None:
+    # Something else than a store (the sqlite3 shell) wrote to the file: the
+    # versions the writer caches must not go stale.
+    path = tmp_path / "events.db"
+    with trio.fail_after(30):
+        a = await SQLiteStore.open(path)
+        try:
+            assert await a.append("s", _events("s", 0), 0) == 3
+            other = sqlite3.connect(path)
+            other.execute(
+                "INSERT INTO events (session_id, seq, tag, schema_version, payload, recorded_at)"
+                " VALUES ('s', 4, 't', 1, '{}', 0)"
+            )
+            other.commit()
+            other.close()
+            with pytest.raises(ConcurrencyConflict):
+                await a.append("s", _events("s", 3), 3)
+            assert await a.append("s", _events("s", 4), 4) == 7
+        finally:
+            await a.aclose()
 
 
 async def test_newer_schema_is_refused(tmp_path: Path) -> None:

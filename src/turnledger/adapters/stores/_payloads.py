@@ -2,7 +2,7 @@
 
 Writing uses the standard library (``allow_nan=False``: NaN and infinities are
 not JSON, so a batch holding one is refused whole). Reading uses
-:func:`turnledger.events._json.loads_exact`: the exact semantics of
+:func:`turnledger.events._exact_json.loads_exact`: the exact semantics of
 :func:`json.loads`, faster with orjson.
 """
 
@@ -15,15 +15,13 @@ from typing import Any, TypeVar
 
 from ..._errors import StoreCorrupted, StoreError
 from ...events import EventDecoder, PayloadNotJSON, StoredEvent
-from ...events._exact_json import fast_loads, has_float, loads_exact
+from ...events._exact_json import loads_exact
 
 __all__ = [
     "check_envelope",
     "damage",
     "decode_rows",
     "dumps_payload",
-    "fast_loads",
-    "has_float",
     "loads_payload",
 ]
 

@@ -26,18 +26,26 @@ dies with the process. The lock file is left in place on close (removing it
 would race with the next opener).
 
 Recovery on open. A crash can leave the end of the file torn: a last line
-without its newline, with bad JSON or a bad checksum, or the lines of an append
-that was not written whole. That tail was never reported as written; it is cut
-off (with a warning on the structlog logger). Any damage before the tail is
-:class:`~turnledger.StoreCorrupted`, naming the line, and nothing is changed.
+without its newline, zeros where a write never reached the disk, or the lines
+of an append that was not written whole. That tail was never reported as
+written: its bytes are saved to a side file ``<journal>.torn-<offset>-<time>``
+(synced) and then cut off, with a warning on the structlog logger that names
+the side file. A complete line (newline present) that fails its checks (a bad
+checksum, a flipped bit, a byte that is not UTF-8), the last one included, is
+damage, not a torn write: :class:`~turnledger.StoreCorrupted`, naming the line,
+and nothing is changed.
+
+Only a regular file is a journal: a directory, a device or a pipe (or a
+symbolic link to one) is refused on open, and no read goes past the size cap.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
+import stat
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -49,8 +57,8 @@ import trio
 from ..._errors import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFull, StoreUnavailable
 from ..._logging import library_logger
 from ...events import StoredEvent
-from ._payloads import check_envelope, dumps_payload, fast_loads, has_float, loads_payload
-from .memory import HeldEvents, check_batch
+from ._common import HeldEvents, WriterLock, check_batch, check_path, fsync_dir, loads_utf8
+from ._payloads import check_envelope, dumps_payload, loads_payload
 
 __all__ = ["DEFAULT_MAX_BYTES", "JournalStore"]
 
@@ -74,6 +82,9 @@ _CRC_PREFIX: Final = b',"crc32":"'
 _CRC_LEN: Final = 20  # len(',"crc32":"xxxxxxxx"}')
 _HEX: Final = frozenset(b"0123456789abcdef")
 _FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+#: A run of NUL bytes this long in a complete last line makes it torn, not
+#: damaged (one flipped bit makes at most one NUL).
+_ZEROS: Final = b"\x00" * 16
 
 _sync = getattr(os, "fdatasync", os.fsync)
 _dumps_str = json.JSONEncoder(ensure_ascii=False).encode
@@ -105,16 +116,8 @@ def _parse_line(line: bytes) -> tuple[dict[str, Any], int]:
     if zlib.crc32(body) != int(crc_hex, 16):
         raise _Damaged("checksum mismatch")
     try:
-        obj: Any = None
-        try:
-            obj = fast_loads(body)
-        except ValueError:
-            obj = None
-        if type(obj) is not dict or has_float(obj.get("payload")):
-            # Strict UTF-8 first: json.loads of bytes would take a BOM, UTF-16
-            # or encoded surrogates, which orjson (and the other stores) refuse.
-            obj = json.loads(body.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:
+        obj: Any = loads_utf8(body)
+    except ValueError as exc:
         raise _Damaged(f"not JSON: {exc}") from exc
     if type(obj) is not dict or obj.keys() != _KEYS:
         raise _Damaged("not an event record")
@@ -155,8 +158,11 @@ def _scan(path: Path, data: bytes) -> _Scan:
         try:
             obj, end = _parse_line(line)
         except _Damaged as exc:
-            if lineno == len(complete) and not rest:
-                torn = f"the last line is damaged ({exc})"
+            if lineno == len(complete) and not rest and _ZEROS in line:
+                # A complete line is damage, unless it holds a run of zeros
+                # (no JSON text holds a NUL byte): what a file system leaves
+                # where part of the last write never reached the disk.
+                torn = f"the last line holds zeros where a write did not land ({exc})"
                 break
             raise corrupted(lineno, str(exc)) from None
         sid, seq = obj["session_id"], obj["seq"]
@@ -209,54 +215,39 @@ def _scan(path: Path, data: bytes) -> _Scan:
     return _Scan(events[:good_count], good_bytes, torn, torn_line)
 
 
-def _read_all(fd: int) -> bytes:
+def _read_all(path: Path, fd: int, cap: int | None) -> bytes:
+    # Never more than the cap (and one byte to tell), whatever the file is.
     chunks: list[bytes] = []
     offset = 0
+    limit = None if cap is None else cap + 1
     while True:
-        chunk = os.pread(fd, 1 << 20, offset)
+        want = 1 << 20 if limit is None else min(1 << 20, limit - offset)
+        chunk = os.pread(fd, want, offset) if want > 0 else b""
         if not chunk:
-            return b"".join(chunks)
+            break
         chunks.append(chunk)
         offset += len(chunk)
+    if cap is not None and offset > cap:
+        raise StoreFull(
+            f"{path} is larger than its cap of {cap} bytes; nothing was read. "
+            "Open it with a larger max_bytes (or none)."
+        )
+    return b"".join(chunks)
 
 
-def _fsync_dir(folder: Path) -> None:
+def _save_torn(path: Path, tail: bytes, offset: int) -> Path:
+    # The cut bytes go to a side file first, synced, so nothing is lost.
+    side = path.with_name(f"{path.name}.torn-{offset}-{time.time_ns()}")
+    fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
+        view = memoryview(tail)
+        while view:
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
     finally:
         os.close(fd)
-
-
-def _lock(lock_path: Path, journal: Path) -> int:
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise StoreUnavailable(f"{journal}: cannot open the lock file {lock_path}: {exc}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        try:
-            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-        finally:
-            os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise StoreUnavailable(
-                f"{journal} is locked by another writer (pid {holder}, lock file {lock_path}); "
-                "close that process first, or open the journal read-only"
-            ) from exc
-        raise StoreUnavailable(f"{journal}: cannot lock {lock_path}: {exc}") from exc
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:  # the pid is informative only; the lock is what counts
-        pass
-    return fd
+    fsync_dir(path.parent)
+    return side
 
 
 def _record(
@@ -283,39 +274,44 @@ def _map_os_error(exc: OSError, msg: str) -> StoreError:
 @attrs.define
 class _Opened:
     fd: int
-    lock_fd: int | None
+    lock: WriterLock | None
     size: int
     scan: _Scan
+    saved: Path | None
 
 
-def _open_files(path: Path, read_only: bool) -> _Opened:
-    lock_fd = None if read_only else _lock(path.with_name(path.name + ".lock"), path)
+def _open_files(path: Path, read_only: bool, cap: int | None) -> _Opened:
+    # The journal is opened (and checked) before its lock file is made, so
+    # a journal that cannot be opened leaves no lock file behind.
+    existed = check_path(path, "journal")
+    flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | os.O_APPEND
     try:
-        created = not path.exists()
-        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | os.O_APPEND
-        try:
-            fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise StoreUnavailable(f"{path}: cannot open the journal: {exc}") from exc
-        try:
-            if created:
-                _fsync_dir(path.parent)
-            scan = _scan(path, _read_all(fd))
-            size = scan.good_bytes
-            if scan.torn is not None and not read_only:
-                os.ftruncate(fd, scan.good_bytes)
-                os.fsync(fd)
-        except OSError as exc:
-            os.close(fd)
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        raise StoreUnavailable(f"{path}: cannot open the journal: {exc}") from exc
+    lock: WriterLock | None = None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since check_path
+            raise StoreUnavailable(f"{path} is not a regular file; a journal must be one")
+        if not read_only:
+            lock = WriterLock.take(path)
+        if not existed:
+            fsync_dir(path.parent)
+        data = _read_all(path, fd, cap)
+        scan = _scan(path, data)
+        saved = None
+        if scan.torn is not None and not read_only:
+            saved = _save_torn(path, data[scan.good_bytes :], scan.good_bytes)
+            os.ftruncate(fd, scan.good_bytes)
+            os.fsync(fd)
+    except BaseException as exc:
+        os.close(fd)
+        if lock is not None:
+            lock.release(failed=True)
+        if isinstance(exc, OSError):
             raise StoreUnavailable(f"{path}: cannot read the journal: {exc}") from exc
-        except BaseException:
-            os.close(fd)
-            raise
-    except BaseException:
-        if lock_fd is not None:
-            os.close(lock_fd)
         raise
-    return _Opened(fd, lock_fd, size, scan)
+    return _Opened(fd, lock, scan.good_bytes, scan, saved)
 
 
 class JournalStore(HeldEvents):
@@ -332,7 +328,7 @@ class JournalStore(HeldEvents):
         # Private: use ``await JournalStore.open(path)``.
         self._path = path
         self._fd: int | None = opened.fd
-        self._lock_fd = opened.lock_fd
+        self._lock = opened.lock
         self._size = opened.size
         self._max_bytes = max_bytes
         self._fsync = fsync
@@ -371,9 +367,10 @@ class JournalStore(HeldEvents):
         if max_bytes is not None and max_bytes < 0:
             raise ValueError("max_bytes must be positive or None")
         p = Path(path)
-        opened = await trio.to_thread.run_sync(_open_files, p, read_only)
+        opened = await trio.to_thread.run_sync(_open_files, p, read_only, max_bytes)
         scan = opened.scan
         if scan.torn is not None:
+            saved = {} if opened.saved is None else {"saved_to": str(opened.saved)}
             library_logger(__name__).warning(
                 "journal_torn_tail_cut" if not read_only else "journal_torn_tail_skipped",
                 path=str(p),
@@ -381,6 +378,7 @@ class JournalStore(HeldEvents):
                 reason=scan.torn,
                 kept_bytes=scan.good_bytes,
                 kept_events=len(scan.events),
+                **saved,
             )
         return cls(p, opened, max_bytes, fsync, read_only)
 
@@ -505,11 +503,11 @@ class JournalStore(HeldEvents):
 
     def _close_files(self) -> None:
         fd, self._fd = self._fd, None
-        lock_fd, self._lock_fd = self._lock_fd, None
+        lock, self._lock = self._lock, None
         if fd is not None:
             os.close(fd)
-        if lock_fd is not None:
-            os.close(lock_fd)  # releases the flock
+        if lock is not None:
+            lock.release()  # releases the flock
 
     async def __aenter__(self) -> JournalStore:
         return self

@@ -90,15 +90,18 @@ from ..._errors import (
     ConcurrencyConflict,
     LeaseLost,
     SessionOwnedElsewhere,
-    StoreCorrupted,
     StoreError,
     StoreFull,
     StoreUnavailable,
 )
 from ...events import EventDecoder, StoredEvent
-from ._payloads import check_envelope, decode_rows, dumps_payload, loads_payload
-from .memory import check_batch
-from .sqlite import _Append, _Call, _deliver, _Request, _Thread
+from ._common import check_batch, rows_to_events
+from ._io_thread import Append as _Append
+from ._io_thread import Call as _Call
+from ._io_thread import Request as _Request
+from ._io_thread import Thread as _Thread
+from ._io_thread import deliver as _deliver
+from ._payloads import check_envelope, decode_rows, dumps_payload
 
 if TYPE_CHECKING:
     import psycopg
@@ -190,7 +193,7 @@ class _Release(_Acquire):
     __slots__ = ()
 
 
-class _Writer(_Thread):
+class _Writer(_Thread[Any]):
     """The store's one writing connection, committing appends in groups."""
 
     def __init__(self, store: PostgresStore, max_group: int) -> None:
@@ -702,16 +705,8 @@ class PostgresStore:
             raise _map_error(exc, "read failed") from exc
 
     def _read_events(self, query: sql.Composable, args: tuple[Any, ...]) -> list[StoredEvent]:
-        out = []
-        for position, session_id, seq, tag, version, text, recorded_at in self._select(query, args):
-            try:
-                payload = loads_payload(text)
-            except ValueError as exc:  # payload_text is not checked by the server
-                raise StoreCorrupted(f"the payload at position {position} is not JSON") from exc
-            if type(payload) is not dict:
-                raise StoreCorrupted(f"the payload at position {position} is not a JSON object")
-            out.append(StoredEvent(session_id, seq, tag, version, payload, recorded_at, position))
-        return out
+        # payload_text is not checked by the server: rows_to_events parses it.
+        return rows_to_events("cannot read", self._select(query, args))
 
     async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
         """Events of ``session_id`` with ``seq > after``, in order."""

@@ -27,42 +27,59 @@ back and every append of the group is retried in its own transaction, so each
 caller learns its own fate; a batch is always all or nothing.
 
 The known stream versions are cached between transactions; ``PRAGMA
-data_version`` tells when another connection (another process) wrote to the
-file, and the cache is dropped then.
+data_version`` tells when another connection (a tool other than this store)
+wrote to the file, and the cache is dropped then.
+
+One writer. A writer holds ``fcntl.flock`` on ``<file>.lock`` while it is
+open; a second writer, in this process or another, gets ``StoreUnavailable``
+naming the holder's pid (so it cannot close the first one's live turn as
+``interrupted``). Read-only stores take no lock.
+
+The acknowledged mark. SQLite stops reading a write-ahead log at its first
+bad frame, so a flipped bit there shows a shorter history without an error.
+So the lock file also holds the highest feed position ever acknowledged,
+rewritten in place (one ``pwrite``) after each commit that was synced before
+its callers were told (``synchronous`` FULL or EXTRA), and every open, the
+read-only ones included, refuses with ``StoreCorrupted`` a file that shows
+less. The mark is not synced: it is only ever written after the commit it
+names is on disk, so after a power loss it can only be behind what the file
+holds (a check that finds less), never ahead (a sound file refused), and
+it costs no second fsync per group commit. It lives outside the database and
+its log, where no WAL truncation or checkpoint can touch it. Its limit: a
+power loss in the seconds before the kernel wrote it back loses the last
+mark, not any event. A new file (none there, or empty with no log) starts
+the mark at 0; a restored older copy is refused until its lock file is
+removed.
 
 Schema. ``PRAGMA application_id`` marks the file as turnledger's and
 ``PRAGMA user_version`` holds the schema version (see :data:`SCHEMA_VERSION`).
-Opening creates the schema in an empty file, migrates an older one, and
-refuses a file written by a newer release or by something else.
+Opening creates the schema in an empty file with no write-ahead log bytes
+beside it (a database that shows no tables next to a non-empty log has lost
+it: ``StoreCorrupted``), migrates an older one, and refuses a file written by
+a newer release or by something else. Every check runs first through a
+read-only connection, whose closing never checkpoints, so a refused file and
+its log are left as they were.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import sqlite3
-import threading
 import urllib.parse
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
-import outcome
 import trio
 
-from ..._errors import (
-    ConcurrencyConflict,
-    StoreCorrupted,
-    StoreError,
-    StoreFull,
-    StoreUnavailable,
-)
+from ..._errors import StoreCorrupted, StoreError, StoreUnavailable
 from ...events import EventDecoder, StoredEvent
-from ._payloads import check_envelope, decode_rows, dumps_payload, loads_payload
-from .memory import check_batch
+from ._common import WriterLock, check_batch, check_path, fsync_dir, read_mark, rows_to_events
+from ._io_thread import Append, Call, Thread
+from ._payloads import check_envelope, decode_rows, dumps_payload
+from ._sqlite_thread import Reader, Writer, map_error
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStats", "SQLiteStore", "Synchronous"]
 
@@ -96,11 +113,6 @@ _SCHEMA_V1: Final = (
 # Steps from version N to N + 1, applied in one transaction on open.
 _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {}
 
-_INSERT: Final = (
-    "INSERT INTO events (session_id, seq, tag, schema_version, payload, recorded_at)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
-)
-_VERSION: Final = "SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?"
 # Payloads are fetched as their bytes (CAST to BLOB gives the text's bytes in
 # the database's encoding: UTF-8 in every file this store creates) and decoded
 # here, strictly: text that is not UTF-8 is damage (StoreCorrupted), not a
@@ -112,35 +124,6 @@ _READ_JSON: Final = (
     "SELECT seq, tag, schema_version, {payload} FROM events"
     " WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
-
-# sqlite3 primary result codes (https://www.sqlite.org/rescode.html).
-_SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 3, 5, 6, 8
-_SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 11, 13, 14
-_SQLITE_CONSTRAINT, _SQLITE_NOTADB = 19, 26
-_SQLITE_CONSTRAINT_UNIQUE = 2067
-
-#: Above this many cached stream versions the cache starts over.
-_VERSION_CACHE_LIMIT: Final = 100_000
-
-
-def _map_error(exc: sqlite3.Error, where: str) -> StoreError:
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
-    msg = f"{where}: {exc}"
-    if primary == _SQLITE_FULL:
-        return StoreFull(msg)
-    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-        return StoreCorrupted(msg)
-    if primary in (
-        _SQLITE_BUSY,
-        _SQLITE_LOCKED,
-        _SQLITE_CANTOPEN,
-        _SQLITE_IOERR,
-        _SQLITE_PERM,
-        _SQLITE_READONLY,
-    ) or isinstance(exc, sqlite3.OperationalError):
-        return StoreUnavailable(msg)
-    return StoreError(msg)
 
 
 @attrs.frozen
@@ -159,201 +142,6 @@ class SQLiteStats:
     largest_group: int
 
 
-# --- requests handed to the threads ------------------------------------------
-
-
-class _Request:
-    __slots__ = ("task", "token")
-
-    task: trio.lowlevel.Task
-    token: trio.lowlevel.TrioToken
-
-
-class _Append(_Request):
-    __slots__ = ("expected", "rows", "session_id")
-
-    def __init__(self, session_id: str, expected: int, rows: list[tuple[Any, ...]]) -> None:
-        self.session_id = session_id
-        self.expected = expected
-        self.rows = rows
-
-
-class _Call(_Request):
-    __slots__ = ("fn", "last")
-
-    def __init__(self, fn: Callable[[sqlite3.Connection | None], Any], last: bool = False) -> None:
-        self.fn = fn
-        self.last = last
-
-
-def _wake(items: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]]) -> None:
-    for task, result in items:
-        trio.lowlevel.reschedule(task, result)
-
-
-def _deliver(done: Sequence[tuple[_Request, outcome.Outcome[Any]]]) -> None:
-    # One wake-up per trio run for the whole group, not one per caller.
-    by_token: dict[trio.lowlevel.TrioToken, list[tuple[trio.lowlevel.Task, Any]]] = {}
-    for req, result in done:
-        by_token.setdefault(req.token, []).append((req.task, result))
-    for token, items in by_token.items():
-        # Callers wait until woken, so their runs are alive.
-        with contextlib.suppress(trio.RunFinishedError):
-            token.run_sync_soon(_wake, items)
-
-
-def _abort_never(_: Any) -> trio.lowlevel.Abort:
-    return trio.lowlevel.Abort.FAILED
-
-
-class _Thread(ABC):
-    """A thread owning one sqlite3 connection, fed by a queue."""
-
-    def __init__(self, name: str) -> None:
-        self.queue: queue.SimpleQueue[_Request] = queue.SimpleQueue()
-        self.conn: sqlite3.Connection | None = None
-        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self.thread.start()
-
-    async def call(self, request: _Request) -> Any:
-        request.task = trio.lowlevel.current_task()
-        request.token = trio.lowlevel.current_trio_token()
-        self.queue.put(request)
-        return await trio.lowlevel.wait_task_rescheduled(_abort_never)
-
-    def _main(self) -> None:
-        carry: _Request | None = None
-        while True:
-            req = carry if carry is not None else self.queue.get()
-            carry = None
-            if isinstance(req, _Call):
-                _deliver([(req, outcome.capture(req.fn, self.conn))])
-                if req.last:
-                    return
-            else:
-                carry = self.handle(req)
-
-    @abstractmethod
-    def handle(self, req: _Request) -> _Request | None: ...
-
-
-class _Writer(_Thread):
-    def __init__(self, path: Path, max_group: int) -> None:
-        self.path = path
-        self.max_group = max_group
-        self.versions: dict[str, int] = {}
-        self.data_version: int | None = None
-        self.transactions = self.appends = self.events = self.conflicts = self.largest = 0
-        super().__init__(f"turnledger-sqlite-writer:{path.name}")
-
-    def handle(self, req: _Request) -> _Request | None:
-        assert isinstance(req, _Append)
-        group = [req]
-        carry: _Request | None = None
-        while len(group) < self.max_group:
-            try:
-                nxt = self.queue.get_nowait()
-            except queue.Empty:
-                break
-            if not isinstance(nxt, _Append):
-                carry = nxt  # keep FIFO order with calls such as close
-                break
-            group.append(nxt)
-        try:
-            done = self.commit_group(group)
-        except BaseException as exc:  # pragma: no cover - a bug; never strand callers
-            if self.conn is not None:
-                self._rollback()
-            done = [(r, outcome.Error(exc)) for r in group]
-        _deliver(done)
-        return carry
-
-    def commit_group(self, group: list[_Append]) -> list[tuple[_Request, outcome.Outcome[Any]]]:
-        conn = self.conn
-        if conn is None:
-            err = StoreError("the store is closed")
-            return [(r, outcome.Error(err)) for r in group]
-        done: list[tuple[_Request, outcome.Outcome[Any]]] = []
-        accepted: list[_Append] = []
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            err = _map_error(exc, f"{self.path}: cannot start a write transaction")
-            return [(r, outcome.Error(err)) for r in group]
-        try:
-            (data_version,) = conn.execute("PRAGMA data_version").fetchone()
-            if data_version != self.data_version or len(self.versions) > _VERSION_CACHE_LIMIT:
-                # Another connection wrote since our last transaction.
-                self.versions.clear()
-                self.data_version = data_version
-            seen: dict[str, int] = {}
-            rows: list[tuple[Any, ...]] = []
-            for req in group:
-                sid = req.session_id
-                current = seen.get(sid)
-                if current is None:
-                    current = self.versions.get(sid)
-                if current is None:
-                    (current,) = conn.execute(_VERSION, (sid,)).fetchone()
-                if current != req.expected:
-                    seen[sid] = current
-                    conflict = ConcurrencyConflict(sid, req.expected, current)
-                    done.append((req, outcome.Error(conflict)))
-                    continue
-                seen[sid] = req.expected + len(req.rows)
-                rows.extend(req.rows)
-                accepted.append(req)
-            if rows:
-                conn.executemany(_INSERT, rows)
-            conn.execute("COMMIT")
-        except Exception as exc:
-            # sqlite3 errors, and anything else one append's rows may raise
-            # (text SQLite cannot bind): never let one append fail the group.
-            self._rollback()
-            if len(group) > 1:
-                # Let each append find its own fate in its own transaction.
-                out: list[tuple[_Request, outcome.Outcome[Any]]] = []
-                for req in group:
-                    out.extend(self.commit_group([req]))
-                return out
-            req = group[0]
-            failure: StoreError
-            if getattr(exc, "sqlite_errorcode", None) == _SQLITE_CONSTRAINT_UNIQUE and isinstance(
-                exc, sqlite3.IntegrityError
-            ):
-                failure = ConcurrencyConflict(req.session_id, req.expected, None)
-            elif isinstance(exc, sqlite3.Error):
-                failure = _map_error(exc, f"{self.path}: append to {req.session_id!r} failed")
-            else:
-                failure = StoreError(
-                    f"{self.path}: append to {req.session_id!r} failed: {type(exc).__name__}"
-                )
-                failure.__cause__ = exc
-            return [(req, outcome.Error(failure))]
-        self.versions.update(seen)
-        self.transactions += 1
-        self.conflicts += len(group) - len(accepted)
-        self.appends += len(accepted)
-        self.events += sum(len(r.rows) for r in accepted)
-        self.largest = max(self.largest, len(accepted))
-        for req in accepted:
-            done.append((req, outcome.Value(req.expected + len(req.rows))))
-        return done
-
-    def _rollback(self) -> None:
-        self.versions.clear()
-        self.data_version = None
-        assert self.conn is not None
-        if self.conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):  # sqlite may have rolled back
-                self.conn.execute("ROLLBACK")
-
-
-class _Reader(_Thread):
-    def handle(self, req: _Request) -> _Request | None:  # pragma: no cover - calls only
-        raise AssertionError("the reader takes calls only")
-
-
 # --- work done on the threads ------------------------------------------------
 
 
@@ -370,55 +158,111 @@ def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
     return conn
 
 
-def _open_writer(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
-    created = not path.exists()
-    conn = _connect(path, busy_timeout)
+def _wal(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+def _size(path: Path) -> int:
     try:
-        conn.execute(f"PRAGMA synchronous={synchronous}")
-        conn.execute("BEGIN IMMEDIATE")
-        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version > SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"{path}: schema version {version} was written by a newer turnledger; "
-                f"this release knows versions up to {SCHEMA_VERSION}. Upgrade turnledger "
-                "to open it."
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _uri(path: Path, query: str) -> str:
+    return "file:" + urllib.parse.quote(str(path.resolve())) + "?" + query
+
+
+def _check_contents(conn: sqlite3.Connection, path: Path, mark: int, *, fresh: bool) -> bool:
+    """Refuse what is not a turnledger database this release reads, or one
+    that shows fewer events than it acknowledged; whether the schema is to be
+    created (an empty database)."""
+    (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version > SCHEMA_VERSION:
+        raise StoreUnavailable(
+            f"{path}: schema version {version} was written by a newer turnledger; "
+            f"this release knows versions up to {SCHEMA_VERSION}. Upgrade turnledger "
+            "to open it."
+        )
+    if app_id != APPLICATION_ID:
+        (objects,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if app_id != 0 or version != 0 or objects:
+            raise StoreUnavailable(f"{path}: not a turnledger database")
+        wal = _size(_wal(path))
+        if wal and not fresh:
+            # SQLite stops reading the log at its first bad frame: a log
+            # that holds bytes beside a file that shows nothing is damage.
+            raise StoreCorrupted(
+                f"{path} shows no tables but its write-ahead log {_wal(path)} holds {wal} "
+                "bytes: the log is damaged; nothing was changed. Keep both files and "
+                "restore from a backup."
             )
-        if app_id != APPLICATION_ID:
-            (objects,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            if app_id != 0 or version != 0 or objects:
-                raise StoreUnavailable(f"{path}: not a turnledger database")
-            for statement in _SCHEMA_V1:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        else:
-            for step in range(version, SCHEMA_VERSION):
-                for statement in _MIGRATIONS[step]:
+        if mark and not fresh:
+            raise _fewer(path, 0, mark)
+        return True
+    (last,) = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()
+    if last < mark:
+        raise _fewer(path, last, mark)
+    return False
+
+
+def _fewer(path: Path, last: int, mark: int) -> StoreCorrupted:
+    return StoreCorrupted(
+        f"{path} shows events up to position {last}, but position {mark} was acknowledged "
+        f"(lock file {path.name}.lock): the file or its write-ahead log lost committed "
+        "events; nothing was changed. Restore from a backup (if you restored an older copy "
+        "on purpose, delete the lock file)."
+    )
+
+
+def _open_writer(
+    path: Path, synchronous: str, busy_timeout: float
+) -> tuple[sqlite3.Connection, WriterLock]:
+    existed = check_path(path, "database")
+    if existed:
+        # A file this process cannot write is refused here, before anything
+        # (a lock file, a -wal) is created beside it.
+        try:
+            os.close(os.open(path, os.O_RDWR | os.O_CLOEXEC))
+        except OSError as exc:
+            raise StoreUnavailable(f"{path}: cannot open for writing: {exc}") from exc
+    lock = WriterLock.take(path, keep_mark=True)
+    try:
+        fresh = not existed or (_size(path) == 0 and _size(_wal(path)) == 0)
+        mark = 0 if fresh else (lock.mark or 0)
+        if not fresh:
+            # Look first as a reader does: closing a read-only connection
+            # never checkpoints, so a refused file and its log stay as they are.
+            _open_read_only(path, busy_timeout, mark)[0].close()
+        conn = _connect(path, busy_timeout)
+        try:
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.execute("BEGIN IMMEDIATE")
+            if _check_contents(conn, path, mark, fresh=fresh):
+                for statement in _SCHEMA_V1:
                     conn.execute(statement)
-            if version != SCHEMA_VERSION:
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-        if created:
-            _fsync_dir(path.parent)
+                conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            else:
+                (version,) = conn.execute("PRAGMA user_version").fetchone()
+                for step in range(version, SCHEMA_VERSION):
+                    for statement in _MIGRATIONS[step]:
+                        conn.execute(statement)
+            # Always a real write, so a file this process cannot write is
+            # refused here and not at the first append.
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+            if not existed:
+                fsync_dir(path.parent)
+        except BaseException:
+            conn.close()
+            raise
+        if fresh:
+            lock.write(0)  # a new file: what an older one acknowledged is gone
     except BaseException:
-        conn.close()
+        lock.release(failed=True)
         raise
-    return conn
-
-
-def _fsync_dir(folder: Path) -> None:
-    # The new file's directory entry must survive power loss too.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+    return conn, lock
 
 
 def _open_reader(path: Path, busy_timeout: float) -> sqlite3.Connection:
@@ -427,54 +271,53 @@ def _open_reader(path: Path, busy_timeout: float) -> sqlite3.Connection:
     return conn
 
 
-def _open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    # For tools that only look: never create the file, set WAL mode or write
-    # the schema, and refuse what is not a turnledger database of a version
-    # this release reads.
-    if not path.exists():
+def _signature(path: Path) -> tuple[int, int, int, bool]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns, os.path.lexists(_wal(path))
+
+
+def _open_read_only(
+    path: Path, busy_timeout: float, mark: int | None = None
+) -> tuple[sqlite3.Connection, tuple[int, int, int, bool] | None]:
+    # For tools that only look: create and change nothing (no WAL switch, no
+    # schema, no -wal or -shm file), and refuse what is not a turnledger
+    # database of a version this release reads.
+    if not check_path(path, "database"):
         raise StoreUnavailable(f"{path}: no such file")
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    if mark is None:
+        mark = read_mark(path)  # before the file: a writer only raises it later
+    guard: tuple[int, int, int, bool] | None = None
+    if os.path.lexists(_wal(path)):
+        # A writer has it open (or died with it open): read through its log.
+        query = "mode=ro"
+    else:
+        # No log: no writer has the file open and it holds everything.
+        # SQLite would create the -wal and -shm files even for mode=ro, so
+        # read it as immutable, and check before and after every read that
+        # no writer has changed the file since (see SQLiteStore.open).
+        query = "mode=ro&immutable=1"
+        guard = _signature(path)
     conn = sqlite3.connect(
-        uri, uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=True
+        _uri(path, query),
+        uri=True,
+        timeout=busy_timeout,
+        isolation_level=None,
+        check_same_thread=True,
     )
     try:
-        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if app_id != APPLICATION_ID:
-            raise StoreUnavailable(f"{path}: not a turnledger database")
-        if version > SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"{path}: schema version {version} was written by a newer turnledger"
-            )
+        _check_contents(conn, path, mark, fresh=False)
+        if guard is not None and _signature(path)[:3] != guard[:3]:
+            raise StoreUnavailable(f"{path}: {_CHANGED}")
     except BaseException:
         conn.close()
         raise
-    return conn
+    return conn, guard
 
 
-def _bad_payload(path: Path, position: int, exc: Exception | None) -> StoreCorrupted:
-    why = f"is not JSON: {exc}" if exc is not None else "is not a JSON object"
-    return StoreCorrupted(f"{path}: the payload at position {position} {why}")
+_CHANGED: Final = "a writer changed the file while it was read; open it again"
 
 
-def _rows_to_events(path: Path, rows: list[tuple[Any, ...]]) -> list[StoredEvent]:
-    # Rows of _COLUMNS (the feed, and one session's stream). Runs on the
-    # reader thread, once per event read: keep it lean.
-    out: list[StoredEvent] = []
-    append = out.append
-    loads = loads_payload
-    for position, session_id, seq, tag, version, payload, recorded_at in rows:
-        try:
-            data = loads(payload if type(payload) is str else payload.decode("utf-8"))
-        except (ValueError, TypeError) as exc:
-            raise _bad_payload(path, position, exc) from exc
-        if type(data) is not dict:
-            raise _bad_payload(path, position, None)
-        append(StoredEvent(session_id, seq, tag, version, data, recorded_at, position))
-    return out
-
-
-def _first_column(path: Path, rows: list[tuple[Any, ...]]) -> list[str]:
+def _first_column(where: str, rows: list[tuple[Any, ...]]) -> list[str]:
     return [r[0] for r in rows]
 
 
@@ -482,15 +325,18 @@ class SQLiteStore:
     """An :class:`~turnledger.events.EventStore` in one SQLite file.
 
     Open it with :meth:`open`; close it with :meth:`aclose` (or ``async with``).
-    Several processes may open the same file; SQLite serializes their writes
-    and the version check in every transaction keeps each stream consistent.
+    One process writes a file at a time: a writer holds ``<file>.lock``
+    (``fcntl.flock``; it holds the writer's pid and the last acknowledged
+    position), and a second writer, in this process or another, is refused
+    with :class:`~turnledger.StoreUnavailable` naming that pid. Readers
+    (``read_only=True``) take no lock and read beside a writer.
     """
 
     def __init__(
         self,
         path: Path,
-        writer: _Writer,
-        reader: _Reader,
+        writer: Writer,
+        reader: Reader,
         synchronous: Synchronous,
         payload: str = _PAYLOAD_UTF8,
     ) -> None:
@@ -503,6 +349,7 @@ class SQLiteStore:
         self._synchronous: Synchronous = synchronous
         self._closed = False
         self._read_only = False
+        self._guard: tuple[int, int, int, bool] | None = None
 
     @classmethod
     async def open(
@@ -526,29 +373,44 @@ class SQLiteStore:
                 ``False`` gives every append its own transaction.
             max_group: the most appends in one transaction.
             busy_timeout: seconds to wait for another process's write lock.
-            read_only: only read: the file must exist and is never changed
-                (no WAL switch, no schema); appends raise ``StoreError``.
+            read_only: only read: the file must exist, and nothing is created
+                or changed (no lock, no WAL switch, no schema). While a writer
+                has the file open, reads go through its write-ahead log and
+                see its commits. Otherwise the file is read as it is (SQLite's
+                ``immutable``, so that no ``-wal``/``-shm`` file is created):
+                a snapshot, and a read after a writer changed the file raises
+                ``StoreUnavailable`` (open it again). Appends raise
+                ``StoreError``.
 
         Raises:
-            StoreUnavailable: the file cannot be opened, is not a turnledger
-                database, or has a schema newer than this release.
-            StoreCorrupted: the file is damaged.
+            StoreUnavailable: the file cannot be opened or written (for a
+                writer), is a directory or a device, is not a turnledger
+                database, has a schema newer than this release, or another
+                writer holds its lock (the message names its pid).
+            StoreCorrupted: the file is damaged, or shows fewer events than
+                it acknowledged (a damaged write-ahead log); nothing was
+                changed.
         """
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
         if max_group < 1:
             raise ValueError("max_group must be at least 1")
         p = Path(path)
-        writer = _Writer(p, max_group if group_commit else 1)
-        reader = _Reader(f"turnledger-sqlite-reader:{p.name}")
-        threads: list[_Thread] = [writer, reader]
+        writer = Writer(p, max_group if group_commit else 1)
+        reader = Reader(f"turnledger-sqlite-reader:{p.name}")
+        threads: list[Thread[sqlite3.Connection]] = [writer, reader]
+        guard: list[tuple[int, int, int, bool] | None] = [None]
 
         def open_writer(_: sqlite3.Connection | None) -> None:
-            writer.conn = _open_writer(p, synchronous, busy_timeout)
+            writer.conn, writer.lock = _open_writer(p, synchronous, busy_timeout)
+            # Only a commit that is synced before the caller hears of it may
+            # raise the mark: a mark ahead of what survived a power loss
+            # would refuse a sound file.
+            writer.mark_commits = synchronous in ("FULL", "EXTRA")
 
         def open_reader(_: sqlite3.Connection | None) -> str:
             if read_only:
-                reader.conn = _open_read_only(p, busy_timeout)
+                reader.conn, guard[0] = _open_read_only(p, busy_timeout)
             else:
                 reader.conn = _open_reader(p, busy_timeout)
             (encoding,) = reader.conn.execute("PRAGMA encoding").fetchone()
@@ -558,17 +420,20 @@ class SQLiteStore:
             try:
                 await trio.lowlevel.checkpoint_if_cancelled()
                 if not read_only:
-                    await writer.call(_Call(open_writer))
-                payload: str = await reader.call(_Call(open_reader))
+                    await writer.call(Call(open_writer))
+                payload: str = await reader.call(Call(open_reader))
             except sqlite3.Error as exc:
-                raise _map_error(exc, f"{p}: cannot open") from exc
+                raise map_error(exc, f"{p}: cannot open") from exc
         except BaseException:
             with trio.CancelScope(shield=True):
                 for t in threads:
-                    await t.call(_Call(_close_conn(t), last=True))
+                    await t.call(Call(_close_conn(t), last=True))
+            if writer.lock is not None:  # the writer opened, the reader did not
+                writer.lock.release()
             raise
         store = cls(p, writer, reader, synchronous, payload)
         store._read_only = read_only
+        store._guard = guard[0]
         return store
 
     @property
@@ -628,7 +493,7 @@ class SQLiteStore:
             )
             for ev in events
         ]
-        result: int = await self._writer.call(_Append(session_id, expected_version, rows))
+        result: int = await self._writer.call(Append(session_id, expected_version, rows))
         return result
 
     async def _read(
@@ -636,10 +501,10 @@ class SQLiteStore:
         where: str,
         query: str,
         args: tuple[Any, ...],
-        convert: Callable[[Path, list[tuple[Any, ...]]], _T],
+        convert: Callable[[str, list[tuple[Any, ...]]], _T],
     ) -> _T:
         def run(path: Path, conn: sqlite3.Connection) -> _T:
-            return convert(path, conn.execute(query, args).fetchall())
+            return convert(str(path), conn.execute(query, args).fetchall())
 
         return await self._read_on_thread(where, run)
 
@@ -649,7 +514,7 @@ class SQLiteStore:
             f"cannot read {session_id!r}",
             f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq > ? ORDER BY seq",
             (session_id, after),
-            _rows_to_events,
+            rows_to_events,
         )
 
     async def read_decoded(
@@ -700,15 +565,26 @@ class SQLiteStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         path = self._path
+        guard = self._guard
 
         def run(conn: sqlite3.Connection | None) -> _T:
             assert conn is not None
             try:
-                return fn(path, conn)
+                if guard is None:
+                    return fn(path, conn)
+                # An immutable read: sound only while the file is as it was.
+                if _signature(path)[:3] != guard[:3]:
+                    raise StoreUnavailable(f"{path}: {_CHANGED}")
+                result = fn(path, conn)
+                if _signature(path)[:3] != guard[:3]:
+                    raise StoreUnavailable(f"{path}: {_CHANGED}")
+                return result
             except sqlite3.Error as exc:
-                raise _map_error(exc, f"{path}: {where}") from exc
+                raise map_error(exc, f"{path}: {where}") from exc
+            except OSError as exc:
+                raise StoreUnavailable(f"{path}: {where}: {exc}") from exc
 
-        result: _T = await self._reader.call(_Call(run))
+        result: _T = await self._reader.call(Call(run))
         return result
 
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
@@ -717,7 +593,7 @@ class SQLiteStore:
             "cannot read the feed",
             f"SELECT {self._columns} FROM events WHERE position > ? ORDER BY position LIMIT ?",
             (after, -1 if limit is None else limit),
-            _rows_to_events,
+            rows_to_events,
         )
 
     async def session_ids(self) -> list[str]:
@@ -750,12 +626,14 @@ class SQLiteStore:
         self._closed = True
         with trio.CancelScope(shield=True):
             for t in (self._writer, self._reader):
-                await t.call(_Call(_close_conn(t), last=True))
+                await t.call(Call(_close_conn(t), last=True))
             await trio.to_thread.run_sync(self._join)
 
     def _join(self) -> None:
         self._writer.thread.join()
         self._reader.thread.join()
+        if self._writer.lock is not None:
+            self._writer.lock.release()  # after the connection closed
 
     async def __aenter__(self) -> SQLiteStore:
         return self
@@ -764,7 +642,7 @@ class SQLiteStore:
         await self.aclose()
 
 
-def _close_conn(t: _Thread) -> Callable[[sqlite3.Connection | None], None]:
+def _close_conn(t: Thread[sqlite3.Connection]) -> Callable[[sqlite3.Connection | None], None]:
     def close(conn: sqlite3.Connection | None) -> None:
         t.conn = None
         if conn is not None:
