@@ -1,0 +1,3 @@
+from ._server import main
+
+main()

@@ -1,0 +1,213 @@
+"""Running the service: Hypercorn's trio worker, the hub, signals.
+
+``turnledger serve`` (and ``python -m turnledger.serve``) parse their
+options here. SIGTERM or SIGINT stops accepting connections; turns in
+flight may end within the grace period, then leaving the hub writes the
+rest as ``interrupted``, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+import trio
+
+from ._app import ServeSettings, create_app
+
+__all__ = ["add_serve_arguments", "run_serve"]
+
+log = structlog.get_logger("turnledger.serve")
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+class UsageError(Exception):
+    """Bad options: exit 2 before anything is opened."""
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``turnledger serve``."""
+    p.add_argument("--db", required=True, help="event log: SQLite file, .jsonl or postgresql://")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8421, help="port (default: %(default)s; 0: any)")
+    p.add_argument("--token-env", metavar="NAME", default=None,
+                   help="variable holding the bearer token every route then requires "
+                   "(required to bind anything but loopback)")  # fmt: skip
+    p.add_argument("--provider", choices=["openai", "ollama"], default="openai")
+    p.add_argument("--base-url", help="model server (default: a built-in loopback server)")
+    p.add_argument("--model", default=None, help="model name (default: loopback)")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="variable holding the provider's API key")  # fmt: skip
+    p.add_argument("--system", default="", help="system prompt of new sessions")
+    p.add_argument("--on-busy", choices=["reject", "supersede"], default="reject")
+    p.add_argument("--max-request-bytes", type=int, default=None, metavar="N")
+    p.add_argument("--max-prompt-tokens", type=int, default=None, metavar="N")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="turn deadline (default: %(default)s)")  # fmt: skip
+    p.add_argument("--idle-timeout", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
+                   help="on SIGTERM, how long turns in flight may take to end")  # fmt: skip
+    p.add_argument("--max-body-bytes", type=int, default=1_048_576, metavar="N")
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            raise UsageError(f"--token-env: {args.token_env} is not set")
+        return token
+    if args.host not in _LOOPBACK:
+        raise UsageError(f"binding {args.host} requires a token (--token-env NAME)")
+    return None
+
+
+def _provider(args: argparse.Namespace, base_url: str) -> Any:
+    from ..adapters.providers import OllamaChat, OpenAIChat
+
+    key: str | None
+    if not args.base_url:
+        key = ""
+    elif args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if key is None:
+            raise UsageError(f"--api-key-env: {args.api_key_env} is not set")
+    else:
+        key = None
+    if args.provider == "ollama":
+        return OllamaChat(base_url=base_url, api_key=key)
+    return OpenAIChat(base_url=base_url, api_key=key)
+
+
+@asynccontextmanager
+async def _endpoint(args: argparse.Namespace) -> AsyncIterator[str]:
+    if args.base_url:
+        yield args.base_url
+        return
+    from ..testing import chat_responder, open_loopback_server
+
+    def answer(messages: list[dict[str, Any]]) -> str:
+        question = messages[-1]["content"] if messages else ""
+        return f"(loopback) You said: {question!r}."
+
+    async with open_loopback_server(chat_responder(answer, chunk_size=6, pause=0.01)) as server:
+        yield server.openai_base_url if args.provider == "openai" else server.base_url
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def run_serve(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit code (0 after a clean stop)."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    from ..adapters.stores import open_store
+    from ..sessions import open_hub
+
+    token = _token(args)
+    model = args.model or ("loopback" if not args.base_url else None)
+    if model is None:
+        raise UsageError("--model is required with --base-url")
+    sock = _bind(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    handed = False
+    served = trio.Event()
+    async with _endpoint(args) as base_url:
+        provider = _provider(args, base_url)
+        store = await open_store(args.db)
+        try:
+            async with provider, trio.open_nursery() as nursery:
+                stop = trio.Event()
+
+                async def on_signal() -> None:
+                    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                        async for _ in signals:
+                            stop.set()
+
+                nursery.start_soon(on_signal)
+                config = Config()
+                config.bind = [f"fd://{sock.fileno()}"]
+                # Streams end once the hub has closed (every turn then has its
+                # outcome), so this is only a backstop.
+                config.graceful_timeout = args.grace + 15
+                config.accesslog = None
+                config.errorlog = None
+                config.keep_alive_timeout = 75
+                settings = ServeSettings(token=token, max_body_bytes=args.max_body_bytes)
+                async with open_hub(
+                    store,
+                    provider,
+                    model=model,
+                    system=args.system,
+                    on_busy=args.on_busy,
+                    max_request_bytes=args.max_request_bytes,
+                    max_prompt_tokens=args.max_prompt_tokens,
+                    turn_deadline=args.timeout,
+                    idle_timeout=args.idle_timeout,
+                ) as hub:
+                    app = create_app(hub, store, settings, stopping=stop)
+                    # The server runs in the outer nursery: it outlives the hub,
+                    # so streams still deliver the outcomes the hub's closing
+                    # writes (``interrupted``) before the connections end.
+                    handed = True  # from here on Hypercorn owns (and closes) the socket
+                    nursery.start_soon(_serve, serve, app, config, stop, served)
+                    shown = f"[{host}]" if ":" in host else host
+                    print(f"turnledger serve: listening on http://{shown}:{port}", flush=True)
+                    await stop.wait()
+                    # Stopped accepting; turns in flight may end within the grace.
+                    with trio.move_on_after(args.grace):
+                        while hub.statistics().in_flight:
+                            await trio.sleep(0.05)
+                    log.info("serve_stopping", in_flight=hub.statistics().in_flight)
+                # Hypercorn finishes its connections, then the signal watcher goes.
+                await served.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            await store.aclose()
+            if handed:
+                sock.detach()
+            else:
+                sock.close()
+    return 0
+
+
+async def _serve(serve: Any, app: Any, config: Any, stop: trio.Event, done: trio.Event) -> None:
+    # The socket is bound and listening already, so the address printed
+    # before this starts is good (a parent reads it with --port 0).
+    try:
+        await serve(app, config, shutdown_trigger=stop.wait)
+    finally:
+        done.set()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m turnledger.serve``: the same as ``turnledger serve``."""
+    from ..adapters.logging import configure_logging
+
+    p = argparse.ArgumentParser(prog="turnledger serve")
+    add_serve_arguments(p)
+    p.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    args = p.parse_args(argv)
+    configure_logging(json=True if args.log_json else None, verbosity=args.verbose)
+    try:
+        code = trio.run(run_serve, args)
+    except UsageError as exc:
+        print(f"turnledger: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
