@@ -13,7 +13,7 @@ application and the server; the timeline model and page need nothing more.
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ._timeline import explain, render_page, session_summary, timeline_model
+from ._timeline import explain, render_page, session_page, session_summary, timeline_model
 
 if _TYPE_CHECKING:
     from ._app import ServeSettings, create_app
@@ -26,6 +26,7 @@ __all__ = [
     "explain",
     "render_page",
     "run_serve",
+    "session_page",
     "session_summary",
     "timeline_model",
 ]

@@ -17,6 +17,7 @@ from typing import Any
 from ..events import (
     DEFAULT_CODEC,
     CompletionIgnored,
+    EventStore,
     SessionStarted,
     StoredEvent,
     StreamStarted,
@@ -27,7 +28,14 @@ from ..events import (
 )
 from ..sessions import SessionState, evolve, initial_state, is_in_flight
 
-__all__ = ["explain", "phase_name", "render_page", "session_summary", "timeline_model"]
+__all__ = [
+    "explain",
+    "phase_name",
+    "render_page",
+    "session_page",
+    "session_summary",
+    "timeline_model",
+]
 
 _DISCARD_WHY = {
     "cancelled": "the turn was cancelled by an explicit Stop",
@@ -193,6 +201,15 @@ def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str,
         "last_outcome": last,
         "last_recorded_at": model["t1"],
     }
+
+
+async def session_page(store: EventStore, session_id: str) -> str | None:
+    """The static timeline page of one session (``None`` if it has no events):
+    what ``turnledger log DB --session S --html FILE`` writes."""
+    stored = await store.read(session_id)
+    if not stored:
+        return None
+    return render_page(timeline_model(session_id, stored), title=f"turnledger: {session_id}")
 
 
 def _asset(name: str) -> str:

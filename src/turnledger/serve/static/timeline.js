@@ -16,7 +16,7 @@
   function endLabel(row) {
     if (row.end === "committed") return "committed";
     if (row.end === "in_flight") return "in flight";
-    const reason = row.detail && row.reason === "timeout" ? `${row.reason} (${row.detail})` : row.reason;
+    const reason = row.detail ? `${row.reason} (${clip(row.detail, 40)})` : row.reason;
     return `${row.end}: ${reason}`;
   }
 
@@ -165,5 +165,10 @@
   } else {
     loadSessions().then(fromHash);
     window.addEventListener("hashchange", fromHash);
+    setInterval(() => loadSessions().then(() => {
+      const m = /^#session=(.+)$/.exec(location.hash);
+      const id = m ? decodeURIComponent(m[1]) : null;
+      for (const a of document.querySelectorAll("#sessions a")) a.classList.toggle("current", a.dataset.sessionId === id);
+    }), 5000);
   }
 })();
