@@ -164,19 +164,75 @@ def _int_param(request: Request, name: str, default: int, *, low: int, high: int
     return int(raw)
 
 
+class _Relay:
+    """One turn in flight, as the streams of all its clients read it.
+
+    A task per turn reads the handle's preview once and keeps each delta as
+    its encoded SSE frame; every stream of the turn (the first, and any
+    reattached with Last-Event-ID) sends what it has not sent yet in one
+    write, so a burst of deltas costs one write per client, not one each.
+    """
+
+    __slots__ = ("frames", "handle", "lot", "outcome")
+
+    def __init__(self, handle: TurnHandle) -> None:
+        self.handle = handle
+        #: ``frames[i]`` is the SSE frame of delta ``i + 1``.
+        self.frames: list[bytes] = []
+        #: The final frame (``outcome``, or ``error`` if the hub closed first).
+        self.outcome: bytes | None = None
+        self.lot = trio.lowlevel.ParkingLot()
+
+    async def run(self, service: _Service, key: tuple[str, str]) -> None:
+        n = 0
+        async for delta in self.handle.preview():
+            n += 1
+            self.frames.append(_sse("delta", {"text": delta}, id=n))
+            self.lot.unpark_all()
+        try:
+            result = await self.handle.outcome()
+        except SessionClosed:
+            gone = {"code": "shutting_down", "message": "the service stopped before the turn ended"}
+            self.outcome = _sse("error", gone)
+        else:
+            service._finish(key, result)
+            self.outcome = _sse("outcome", result_json(result))
+        self.lot.unpark_all()
+
+    async def stream(self, after: int, head: bytes) -> AsyncIterator[bytes]:
+        if head:
+            yield head
+        sent = after
+        while True:
+            if sent < len(self.frames):
+                batch = self.frames[sent:]
+                sent += len(batch)
+                yield b"".join(batch)
+            elif self.outcome is not None:
+                yield self.outcome
+                return
+            else:
+                await self.lot.park()
+
+
 class _Service:
     def __init__(
-        self, hub: Hub, store: EventStore, settings: ServeSettings, stopping: trio.Event
+        self,
+        hub: Hub,
+        store: EventStore,
+        settings: ServeSettings,
+        stopping: trio.Event,
+        nursery: trio.Nursery,
     ) -> None:
         self.stopping = stopping
+        self.nursery = nursery
         self.hub = hub
         self.store = store
         self.settings = settings
         #: Turns in flight this process submitted, by (session, request id).
-        self.live: dict[tuple[str, str], TurnHandle] = {}
+        self.live: dict[tuple[str, str], _Relay] = {}
         #: Results of recently finished turns (for reconnects), oldest first.
         self.done: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
-        self.submits = 0
 
     # -- helpers ---------------------------------------------------------
 
@@ -205,22 +261,12 @@ class _Service:
             raise ApiError(404, "unknown_session", f"no session {session_id!r}")
         return stored
 
-    def _finish(self, key: tuple[str, str], handle: TurnHandle, result: TurnResult) -> None:
-        if self.live.get(key) is handle:
-            del self.live[key]
+    def _finish(self, key: tuple[str, str], result: TurnResult) -> None:
+        self.live.pop(key, None)
         self.done[key] = result_json(result)
         self.done.move_to_end(key)
         while len(self.done) > self.settings.keep_results:
             self.done.popitem(last=False)
-
-    def _sweep(self) -> None:
-        # Turns whose clients went away before the end leave the table now
-        # and then (every 1024 submits); their outcome is in the store,
-        # where a reconnect finds it.
-        self.submits += 1
-        if self.submits % 1024 == 0:
-            for key in [k for k, h in self.live.items() if h.done]:
-                del self.live[key]
 
     async def _admitted(self, handle: TurnHandle) -> None:
         # Wait until the session took the question in (it is in flight or
@@ -233,20 +279,6 @@ class _Service:
                 return
             await trio.sleep(pause)
             pause = min(pause * 2, 0.05)
-
-    async def _stream(
-        self, key: tuple[str, str], handle: TurnHandle, after: int, *, head: bool
-    ) -> AsyncIterator[bytes]:
-        if head:
-            yield _sse("turn", {"session_id": key[0], "request_id": key[1]})
-        n = 0
-        async for delta in handle.preview():
-            n += 1
-            if n > after:
-                yield _sse("delta", {"text": delta}, id=n)
-        result = await handle.outcome()
-        self._finish(key, handle, result)
-        yield _sse("outcome", result_json(result))
 
     @staticmethod
     def _hub_error(exc: Exception) -> ApiError:
@@ -275,22 +307,24 @@ class _Service:
         try:
             handle = await self.hub.submit(session_id, question, request_id=rid)
             key = (session_id, handle.request_id)
-            self._sweep()
-            self.live.setdefault(key, handle)
             await self._admitted(handle)
             if handle.done:
                 result = await handle.outcome()
                 if isinstance(result, RejectedResult):
-                    self._finish(key, handle, result)
+                    self._finish(key, result)
                     status = _REJECT_STATUS.get(result.reason, 400)
                     code = "busy" if result.reason == "busy" else result.reason
                     return _error(status, code, _describe_rejection(result))
         except (StoreError, SessionClosed, InvalidCommand) as exc:
             raise self._hub_error(exc) from None
+        relay = self.live.get(key)
+        if relay is None:
+            # The first handle of the turn (a repeat joins the same relay).
+            relay = self.live[key] = _Relay(handle)
+            self.nursery.start_soon(relay.run, self, key)
+        head = _sse("turn", {"session_id": key[0], "request_id": key[1]})
         return StreamingResponse(
-            self._stream(key, handle, 0, head=True),
-            media_type="text/event-stream",
-            headers=_SSE_HEADERS,
+            relay.stream(0, head), media_type="text/event-stream", headers=_SSE_HEADERS
         )
 
     async def reattach(self, request: Request) -> Response:
@@ -301,12 +335,10 @@ class _Service:
             raise ApiError(400, "bad_last_event_id", "Last-Event-ID must be a delta number")
         after = int(raw)
         key = (session_id, rid)
-        handle = self.live.get(key)
-        if handle is not None and not handle.done:
+        relay = self.live.get(key)
+        if relay is not None:
             return StreamingResponse(
-                self._stream(key, handle, after, head=False),
-                media_type="text/event-stream",
-                headers=_SSE_HEADERS,
+                relay.stream(after, b""), media_type="text/event-stream", headers=_SSE_HEADERS
             )
         outcome = await self._outcome(key)
         return StreamingResponse(
@@ -314,9 +346,6 @@ class _Service:
         )
 
     async def _outcome(self, key: tuple[str, str]) -> dict[str, Any]:
-        handle = self.live.get(key)
-        if handle is not None and handle.done:
-            self._finish(key, handle, await handle.outcome())
         if key in self.done:
             return self.done[key]
         stored = await self._stored(key[0])
@@ -341,13 +370,12 @@ class _Service:
         session_id = _check_id("session_id", request.path_params["session_id"])
         rid = _check_id("request_id", request.path_params["request_id"])
         key = (session_id, rid)
-        handle = self.live.get(key)
-        if handle is not None:
+        relay = self.live.get(key)
+        if relay is not None:
             try:
-                result = await handle.cancel()
+                result = await relay.handle.cancel()
             except SessionClosed as exc:
                 raise self._hub_error(exc) from None
-            self._finish(key, handle, result)
             return _json(result_json(result))
         return _json(await self._outcome(key))
 
@@ -496,15 +524,19 @@ def create_app(
     store: EventStore,
     settings: ServeSettings | None = None,
     *,
+    nursery: trio.Nursery,
     stopping: trio.Event | None = None,
 ) -> ASGIApp:
     """The ASGI application over a running hub and its store.
 
-    ``stopping``, once set, ends the live-follow streams (so a graceful
-    shutdown need not wait for browsers to go away).
+    ``nursery`` runs one small task per turn in flight (it reads the turn's
+    preview for all its streams; it ends with the turn, or when the hub
+    closes). ``stopping``, once set, ends the live-follow streams (so a
+    graceful shutdown need not wait for browsers to go away).
     """
     settings = settings or ServeSettings()
-    svc = _Service(hub, store, settings, trio.Event() if stopping is None else stopping)
+    stop = trio.Event() if stopping is None else stopping
+    svc = _Service(hub, store, settings, stop, nursery)
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)

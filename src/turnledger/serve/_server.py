@@ -56,6 +56,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
                    help="on SIGTERM, how long turns in flight may take to end")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=1_048_576, metavar="N")
+    p.add_argument("--max-connections", type=int, default=2000, metavar="N",
+                   help="connections to the model server (default: %(default)s)")  # fmt: skip
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -69,7 +71,7 @@ def _token(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _provider(args: argparse.Namespace, base_url: str) -> Any:
+def _provider(args: argparse.Namespace, base_url: str, client: Any) -> Any:
     from ..adapters.providers import OllamaChat, OpenAIChat
 
     key: str | None
@@ -82,8 +84,23 @@ def _provider(args: argparse.Namespace, base_url: str) -> Any:
     else:
         key = None
     if args.provider == "ollama":
-        return OllamaChat(base_url=base_url, api_key=key)
-    return OpenAIChat(base_url=base_url, api_key=key)
+        return OllamaChat(base_url=base_url, api_key=key, client=client)
+    return OpenAIChat(base_url=base_url, api_key=key, client=client)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    # One connection per turn in flight: httpx's default pool (100) would
+    # queue the turns of a busy service behind each other.
+    import httpx
+
+    from ..adapters.providers.ollama import DEFAULT_OLLAMA_TIMEOUT
+    from ..adapters.providers.openai import DEFAULT_TIMEOUT
+
+    timeout = DEFAULT_OLLAMA_TIMEOUT if args.provider == "ollama" else DEFAULT_TIMEOUT
+    n = args.max_connections
+    return httpx.AsyncClient(
+        timeout=timeout, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    )
 
 
 @asynccontextmanager
@@ -128,10 +145,11 @@ async def run_serve(args: argparse.Namespace) -> int:
     handed = False
     served = trio.Event()
     async with _endpoint(args) as base_url:
-        provider = _provider(args, base_url)
+        client = _client(args)
+        provider = _provider(args, base_url, client)
         store = await open_store(args.db)
         try:
-            async with provider, trio.open_nursery() as nursery:
+            async with client, provider, trio.open_nursery() as nursery:
                 stop = trio.Event()
 
                 async def on_signal() -> None:
@@ -160,7 +178,7 @@ async def run_serve(args: argparse.Namespace) -> int:
                     turn_deadline=args.timeout,
                     idle_timeout=args.idle_timeout,
                 ) as hub:
-                    app = create_app(hub, store, settings, stopping=stop)
+                    app = create_app(hub, store, settings, nursery=nursery, stopping=stop)
                     # The server runs in the outer nursery: it outlives the hub,
                     # so streams still deliver the outcomes the hub's closing
                     # writes (``interrupted``) before the connections end.
