@@ -160,6 +160,7 @@ async def run_serve(args: argparse.Namespace) -> int:
                 nursery.start_soon(on_signal)
                 config = Config()
                 config.bind = [f"fd://{sock.fileno()}"]
+                config.backlog = 1024  # Hypercorn listens again with this (default 100)
                 # Streams end once the hub has closed (every turn then has its
                 # outcome), so this is only a backstop.
                 config.graceful_timeout = args.grace + 15
