@@ -548,7 +548,7 @@ def create_app(
         return _error(exc.status_code, code, str(exc.detail))
 
     async def internal(request: Request, exc: Exception) -> Response:
-        log.error("request_error", error=type(exc).__name__, path=request.url.path)
+        log.error("http_error", error=type(exc).__name__, path=request.url.path)
         return _error(500, "internal", "internal error")
 
     sid = "{session_id}"
