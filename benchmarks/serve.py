@@ -241,7 +241,7 @@ def _round(kind: str, clients: int, deltas: int, loopback_url: str) -> dict[str,
         if kind == "serve":
             # Deadlines wide enough that a loaded machine measures speed,
             # not timeouts.
-            cmd = [sys.executable, "-m", "turnledger.serve", "--db", str(db), "--port", "0",
+            cmd = [sys.executable, "-m", "turnledger", "serve", "--db", str(db), "--port", "0",
                    "--base-url", loopback_url, "--model", "m", "--idle-timeout", "300",
                    "--timeout", "600"]  # fmt: skip
         else:

@@ -87,7 +87,8 @@ def serve_command(db: str, base_url: str, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "turnledger.serve",
+        "turnledger",
+        "serve",
         "--db",
         db,
         "--port",
@@ -103,9 +104,15 @@ def serve_command(db: str, base_url: str, *extra: str) -> list[str]:
 
 @contextmanager
 def running(
-    db: Path | str, base_url: str, *extra: str, env: dict[str, str] | None = None
+    db: Path | str,
+    base_url: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    log_dir: Path | None = None,
 ) -> Iterator[Serve]:
-    log = Path(f"{db}.{time.monotonic_ns()}.log")
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    log = (log_dir or Path(f"{db}").parent) / f"serve-{time.monotonic_ns()}.log"
     with open(log, "wb") as err:
         proc = subprocess.Popen(
             serve_command(str(db), base_url, *extra),

@@ -353,3 +353,24 @@ def test_sigkill_loses_no_committed_turn_and_a_restart_closes_the_rest(
         assert outcome[0]["data"]["kind"] == "discarded"
         assert outcome[0]["data"]["reason"] == "interrupted"
         assert [t["request_id"] for t in c.get("/v1/sessions/kill-1").json()["turns"]] == ["k1"]
+
+
+@pytest.mark.postgres
+def test_a_session_owned_by_another_serve_process_is_409(
+    provider: LoopbackServer, pg_dsn: str, tmp_path: Path
+) -> None:
+    with (
+        running(pg_dsn, provider.openai_base_url, log_dir=tmp_path / "a") as first,
+        running(pg_dsn, provider.openai_base_url, log_dir=tmp_path / "b") as second,
+        first.client() as a,
+        second.client() as b,
+    ):
+        _, events = post_turn(a, "owned-1", "hello", rid="o1")
+        assert events[-1]["data"]["kind"] == "committed"
+        # the first process's actor holds the session; the second may not write it
+        _error(
+            b.post("/v1/sessions/owned-1/turns", json={"question": "q2"}), 409, "owned_elsewhere"
+        )
+        assert [t for t, _ in _tags(b, "owned-1")].count("turn_submitted") == 1
+        # reading is fine from anywhere
+        assert b.get("/v1/sessions/owned-1").json()["turns"][0]["request_id"] == "o1"

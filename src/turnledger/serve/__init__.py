@@ -17,9 +17,10 @@ from ._timeline import explain, render_page, session_page, session_summary, time
 
 if _TYPE_CHECKING:
     from ._app import ServeSettings, create_app
-    from ._server import add_serve_arguments, run_serve
+    from ._server import ServeOptionsError, add_serve_arguments, run_serve
 
 __all__ = [
+    "ServeOptionsError",
     "ServeSettings",
     "add_serve_arguments",
     "create_app",
@@ -34,6 +35,7 @@ __all__ = [
 _LAZY = {
     "ServeSettings": "_app",
     "create_app": "_app",
+    "ServeOptionsError": "_server",
     "add_serve_arguments": "_server",
     "run_serve": "_server",
 }

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .._errors import InvalidCommand, SessionClosed, SessionOwnedElsewhere, StoreError
+from .. import InvalidCommand, SessionClosed, SessionOwnedElsewhere, StoreError
 from ..events import DEFAULT_CODEC, EventStore, StoredEvent
 from ..sessions import (
     CommittedResult,

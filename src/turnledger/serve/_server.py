@@ -12,9 +12,8 @@ import argparse
 import os
 import signal
 import socket
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import structlog
@@ -22,15 +21,16 @@ import trio
 
 from ._app import ServeSettings, create_app
 
-__all__ = ["add_serve_arguments", "run_serve"]
+__all__ = ["ServeOptionsError", "add_serve_arguments", "run_serve"]
 
 log = structlog.get_logger("turnledger.serve")
 
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
-class UsageError(Exception):
-    """Bad options: exit 2 before anything is opened."""
+class ServeOptionsError(ValueError):
+    """Options that cannot work together (``turnledger serve`` exits 2);
+    raised before anything is opened or bound."""
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,21 +41,29 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-env", metavar="NAME", default=None,
                    help="variable holding the bearer token every route then requires "
                    "(required to bind anything but loopback)")  # fmt: skip
-    p.add_argument("--provider", choices=["openai", "ollama"], default="openai")
+    p.add_argument("--provider", choices=["openai", "ollama"], default="openai",
+                   help="the model server's protocol (default: %(default)s)")  # fmt: skip
     p.add_argument("--base-url", help="model server (default: a built-in loopback server)")
     p.add_argument("--model", default=None, help="model name (default: loopback)")
     p.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="variable holding the provider's API key")  # fmt: skip
     p.add_argument("--system", default="", help="system prompt of new sessions")
-    p.add_argument("--on-busy", choices=["reject", "supersede"], default="reject")
-    p.add_argument("--max-request-bytes", type=int, default=None, metavar="N")
-    p.add_argument("--max-prompt-tokens", type=int, default=None, metavar="N")
+    p.add_argument("--on-busy", choices=["reject", "supersede"], default="reject",
+                   help="a question while a turn is in flight: refused (409) or it replaces "
+                   "the turn (default: %(default)s)")  # fmt: skip
+    p.add_argument("--max-request-bytes", type=int, default=None, metavar="N",
+                   help="cap on the request body sent to the model (default: none)")  # fmt: skip
+    p.add_argument("--max-prompt-tokens", type=int, default=None, metavar="N",
+                   help="cap on the estimated prompt tokens (default: none)")  # fmt: skip
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                    help="turn deadline (default: %(default)s)")  # fmt: skip
-    p.add_argument("--idle-timeout", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument("--idle-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="seconds without a delta before a turn times out (default: "
+                   "%(default)s)")  # fmt: skip
     p.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
                    help="on SIGTERM, how long turns in flight may take to end")  # fmt: skip
-    p.add_argument("--max-body-bytes", type=int, default=1_048_576, metavar="N")
+    p.add_argument("--max-body-bytes", type=int, default=1_048_576, metavar="N",
+                   help="largest request body accepted (default: %(default)s)")  # fmt: skip
     p.add_argument("--max-connections", type=int, default=2000, metavar="N",
                    help="connections to the model server (default: %(default)s)")  # fmt: skip
 
@@ -64,10 +72,10 @@ def _token(args: argparse.Namespace) -> str | None:
     if args.token_env:
         token = os.environ.get(args.token_env)
         if not token:
-            raise UsageError(f"--token-env: {args.token_env} is not set")
+            raise ServeOptionsError(f"--token-env: {args.token_env} is not set")
         return token
     if args.host not in _LOOPBACK:
-        raise UsageError(f"binding {args.host} requires a token (--token-env NAME)")
+        raise ServeOptionsError(f"binding {args.host} requires a token (--token-env NAME)")
     return None
 
 
@@ -80,7 +88,7 @@ def _provider(args: argparse.Namespace, base_url: str, client: Any) -> Any:
     elif args.api_key_env:
         key = os.environ.get(args.api_key_env)
         if key is None:
-            raise UsageError(f"--api-key-env: {args.api_key_env} is not set")
+            raise ServeOptionsError(f"--api-key-env: {args.api_key_env} is not set")
     else:
         key = None
     if args.provider == "ollama":
@@ -104,18 +112,8 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 @asynccontextmanager
-async def _endpoint(args: argparse.Namespace) -> AsyncIterator[str]:
-    if args.base_url:
-        yield args.base_url
-        return
-    from ..testing import chat_responder, open_loopback_server
-
-    def answer(messages: list[dict[str, Any]]) -> str:
-        question = messages[-1]["content"] if messages else ""
-        return f"(loopback) You said: {question!r}."
-
-    async with open_loopback_server(chat_responder(answer, chunk_size=6, pause=0.01)) as server:
-        yield server.openai_base_url if args.provider == "openai" else server.base_url
+async def _given(url: str) -> AsyncIterator[str]:
+    yield url
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -128,8 +126,16 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def run_serve(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM/SIGINT; returns the exit code (0 after a clean stop)."""
+async def run_serve(
+    args: argparse.Namespace,
+    endpoint: Callable[[argparse.Namespace], AbstractAsyncContextManager[str]] | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit code (0 after a clean stop).
+
+    ``args`` holds the options of :func:`add_serve_arguments`. Without
+    ``--base-url``, ``endpoint(args)`` provides the model server's URL (the
+    command line passes the built-in loopback server that ``chat`` uses).
+    """
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
@@ -137,14 +143,17 @@ async def run_serve(args: argparse.Namespace) -> int:
     from ..sessions import open_hub
 
     token = _token(args)
+    if not args.base_url and endpoint is None:
+        raise ServeOptionsError("--base-url is required")
     model = args.model or ("loopback" if not args.base_url else None)
     if model is None:
-        raise UsageError("--model is required with --base-url")
+        raise ServeOptionsError("--model is required with --base-url")
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     handed = False
     served = trio.Event()
-    async with _endpoint(args) as base_url:
+    opened = _given(args.base_url) if args.base_url or endpoint is None else endpoint(args)
+    async with opened as base_url:
         client = _client(args)
         provider = _provider(args, base_url, client)
         store = await open_store(args.db)
@@ -212,21 +221,3 @@ async def _serve(serve: Any, app: Any, config: Any, stop: trio.Event, done: trio
         await serve(app, config, shutdown_trigger=stop.wait)
     finally:
         done.set()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m turnledger.serve``: the same as ``turnledger serve``."""
-    from ..adapters.logging import configure_logging
-
-    p = argparse.ArgumentParser(prog="turnledger serve")
-    add_serve_arguments(p)
-    p.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
-    p.add_argument("-v", "--verbose", action="count", default=0)
-    args = p.parse_args(argv)
-    configure_logging(json=True if args.log_json else None, verbosity=args.verbose)
-    try:
-        code = trio.run(run_serve, args)
-    except UsageError as exc:
-        print(f"turnledger: {exc}", file=sys.stderr)
-        code = 2
-    sys.exit(code)

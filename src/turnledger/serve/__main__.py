@@ -1,3 +1,0 @@
-from ._server import main
-
-main()
