@@ -2,8 +2,9 @@
 
 One module per command family: :mod:`._demo`, :mod:`._chat` and
 :mod:`._read` (``replay``, ``log``, ``sessions``, with :mod:`._timeline`),
-:mod:`._browse` (``export``, ``search``); :mod:`._terminal` and :mod:`._hints`
-serve ``chat`` on a terminal;
+:mod:`._browse` (``export``, ``search``), :mod:`._serve` (``serve``, from
+:mod:`turnledger.serve`); :mod:`._terminal` and :mod:`._hints` serve ``chat``
+on a terminal;
 :mod:`._stores` opens the store a command names, :mod:`._errors` holds the
 exit codes and keeps passwords out of messages, :mod:`._display` keeps
 terminal controls out of what is printed, :mod:`._args` checks arguments.
@@ -49,6 +50,7 @@ from ._errors import (
     secrets_of,
 )
 from ._read import add_read_parsers
+from ._serve import add_serve_parser
 
 __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
 
@@ -104,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     add_chat_parser(sub, common)
     add_read_parsers(sub, common)
     add_browse_parsers(sub, common)
+    add_serve_parser(sub, common)
     return p
 
 

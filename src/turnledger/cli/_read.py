@@ -4,7 +4,9 @@ read a log."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ..adapters.stores import PostgresStore, SessionLease
@@ -12,7 +14,7 @@ from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
 from ..sessions import SessionState, replay
 from ._args import at_least, text_arg
 from ._display import fmt_time, print_json, visible
-from ._errors import EXIT_NOT_FOUND, EXIT_OK, Exit
+from ._errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit
 from ._stores import open_to_read
 from ._timeline import phase_name, session_summary, timeline
 
@@ -117,7 +119,35 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _write_html(args: argparse.Namespace) -> int:
+    # The same page as the service's timeline, as one self-contained file.
+    if not args.session:
+        raise Exit(EXIT_USAGE, "--html draws one session: give --session S")
+    if args.json or args.request or args.text:
+        raise Exit(EXIT_USAGE, "--html draws a whole session: no --json, --text or --request")
+    from ..serve import session_page
+
+    store = await open_to_read(args.db)
+    try:
+        page = await session_page(store, args.session)
+    finally:
+        await store.aclose()
+    if page is None:
+        raise Exit(EXIT_NOT_FOUND, f"no events for session {args.session!r}")
+    if args.html == "-":
+        sys.stdout.write(page)
+        return EXIT_OK
+    try:
+        Path(args.html).write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise Exit(EXIT_FAILED, f"cannot write {args.html}: {exc.strerror}") from None
+    print(f"wrote {visible(args.html)}", file=sys.stderr)
+    return EXIT_OK
+
+
 async def _cmd_log(args: argparse.Namespace) -> int:
+    if args.html is not None:
+        return await _write_html(args)
     store = await open_to_read(args.db)
     try:
         streams = await _load(store, args.session)
@@ -260,6 +290,9 @@ def add_read_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                     "the keys of the structlog lines (tag, from, to, ISO timestamp)")  # fmt: skip
     lg.add_argument("--text", action="store_true", help="also the question and the answer, "
                     "a line each (cut, escapes visible); with --json a text field")  # fmt: skip
+    lg.add_argument("--html", metavar="FILE", type=text_arg,
+                    help="write the session's timeline page, self-contained, to FILE (- for "
+                    "stdout); needs --session")  # fmt: skip
     lg.set_defaults(run=_cmd_log)
 
     ss = sub.add_parser(

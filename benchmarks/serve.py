@@ -1,0 +1,334 @@
+"""``turnledger serve`` under load; every figure and ratio is measured in this run.
+
+N concurrent SSE clients (default 1,000) each POST one turn to one ``serve``
+process (SQLite store) and read its stream of D deltas (default 200) to the
+outcome; the model server is the loopback server, in a process of its own.
+While they stream, a prober GETs ``/healthz`` every 0.25 s. Afterwards the
+store is read: every turn must be committed exactly once, none lost or
+duplicated.
+
+The baseline, in the same run: a bare Hypercorn SSE endpoint (a plain ASGI
+function on Hypercorn's trio worker, no framework, no model server, no
+store) streaming the same D delta events, in the same wire format, to the
+same N clients. The service's CPU per delta (user + system time of its
+process, from /proc) is compared with the baseline's.
+
+    python benchmarks/serve.py [--clients N] [--deltas D] [--rounds R]
+
+Prints, per variant, the median over rounds of: turns/s, p50/p99 time to
+first delta, CPU µs per delta; then the CPU ratio serve/bare (goal: ≤ 2×).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import trio
+
+HERE = Path(__file__).resolve()
+
+
+# --- the child processes -------------------------------------------------------
+
+
+def _loopback_main(deltas: int) -> None:
+    from turnledger.testing import LoopbackServer, Reply, openai_sse_chunks
+
+    text = "".join(f"{i:04d}" for i in range(deltas))
+    reply = Reply(body=openai_sse_chunks(text, chunk_size=4))
+    with LoopbackServer(reply).start_in_thread() as server:
+        print(server.openai_base_url, flush=True)
+        signal.sigwait({signal.SIGTERM, signal.SIGINT})
+
+
+def _bare_main(deltas: int) -> None:
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    frames = [
+        f"id: {i}\nevent: delta\ndata: ".encode() + orjson.dumps({"text": f"{i - 1:04d}"}) + b"\n\n"
+        for i in range(1, deltas + 1)
+    ]
+    outcome = b'event: outcome\ndata: {"kind":"committed"}\n\n'
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                await send({"type": message["type"] + ".complete"})
+                if message["type"] == "lifespan.shutdown":
+                    return
+        if scope["path"] == "/healthz":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b'{"ok":true}'})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"event: turn\ndata: {}\n\n",
+                    "more_body": True})  # fmt: skip
+        for frame in frames:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": outcome})
+
+    async def main() -> None:
+        import socket
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(2048)
+        config = Config()
+        config.bind = [f"fd://{sock.fileno()}"]
+        config.backlog = 1024  # as turnledger serve sets it
+        config.accesslog = None
+        config.errorlog = None
+        print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+        stop = trio.Event()
+
+        async def on_signal() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    stop.set()
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(on_signal)
+            await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+    trio.run(main)
+
+
+def _probe_main(url: str) -> None:
+    # One GET /healthz every 0.25 s; prints each latency (inf for a failure)
+    # when told to stop.
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    times: list[float] = []
+    with httpx.Client(base_url=url, timeout=10) as client:
+        while not stop.is_set():
+            t = time.perf_counter()
+            try:
+                ok = client.get("/healthz").status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            times.append(time.perf_counter() - t if ok else float("inf"))
+            stop.wait(0.25)
+    print(" ".join(str(x) for x in times), flush=True)
+
+
+def _spawn(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().strip()
+    if not line:
+        raise RuntimeError(f"{args} did not start (exit {proc.wait()})")
+    return proc, line.rsplit(" ", 1)[-1]
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- the load ----------------------------------------------------------------------
+
+
+async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
+    timeout = httpx.Timeout(600.0)
+    firsts: list[float] = []
+    counts: list[int] = []
+    outcomes: list[str] = []
+    health: list[float] = []
+    failures: list[str] = []
+
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as client:
+
+        async def one(i: int) -> None:
+            started = time.perf_counter()
+            first = None
+            n = 0
+            kind = "none"
+            try:
+                async with client.stream(
+                    "POST", f"/v1/sessions/load-{i}/turns", json={"question": f"q{i}"}
+                ) as r:
+                    # Counting frames in the raw bytes keeps the clients' own
+                    # CPU low (they share the machine with the service).
+                    tail = b""
+                    async for chunk in r.aiter_raw():
+                        seen = tail[-16:] + chunk
+                        found = seen.count(b"event: delta\n")
+                        if found and first is None:
+                            first = time.perf_counter() - started
+                        n += found
+                        tail = (tail + chunk)[-4096:]
+                    last = tail.rsplit(b"event: outcome\ndata: ", 1)
+                    if len(last) == 2:
+                        kind = orjson.loads(last[1].split(b"\n", 1)[0])["kind"]
+            except httpx.HTTPError as exc:
+                failures.append(type(exc).__name__)
+            if first is not None:
+                firsts.append(first)
+            counts.append(n)
+            outcomes.append(kind)
+
+        # /healthz is probed from a process of its own, so the probe measures
+        # the service, not this busy client process.
+        prober = subprocess.Popen(
+            [sys.executable, str(HERE), "--probe-child", url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as turns:
+            for i in range(clients):
+                turns.start_soon(one, i)
+        elapsed = time.perf_counter() - t0
+        prober.send_signal(signal.SIGTERM)
+        out, _ = prober.communicate(timeout=30)
+        health = [float(x) for x in out.split()]
+    firsts.sort()
+    return {
+        "elapsed": elapsed,
+        "turns_per_s": clients / elapsed,
+        "p50_first": firsts[len(firsts) // 2] if firsts else float("nan"),
+        "p99_first": firsts[min(len(firsts) - 1, int(len(firsts) * 0.99))] if firsts else 0,
+        "deltas": sum(counts),
+        "complete": sum(1 for c in counts if c == deltas),
+        "committed": outcomes.count("committed"),
+        "failures": failures,
+        "health_probes": len(health),
+        "health_failed": sum(1 for h in health if h == float("inf")),
+        "health_max": max(health) if health else float("nan"),
+    }
+
+
+def _check_store(db: Path, clients: int) -> tuple[int, int, int]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "select session_id, tag, count(*) from events "
+            "where tag in ('turn_submitted','turn_committed') group by 1, 2"
+        ).fetchall()
+    finally:
+        con.close()
+    committed = {s: n for s, t, n in rows if t == "turn_committed"}
+    submitted = {s: n for s, t, n in rows if t == "turn_submitted"}
+    duplicated = sum(1 for n in list(committed.values()) + list(submitted.values()) if n != 1)
+    lost = clients - len(committed)
+    return len(committed), lost, duplicated
+
+
+def _round(kind: str, clients: int, deltas: int, loopback_url: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "load.db"
+        if kind == "serve":
+            # Deadlines wide enough that a loaded machine measures speed,
+            # not timeouts.
+            cmd = [sys.executable, "-m", "turnledger", "serve", "--db", str(db), "--port", "0",
+                   "--base-url", loopback_url, "--model", "m", "--idle-timeout", "300",
+                   "--timeout", "600"]  # fmt: skip
+        else:
+            cmd = [sys.executable, str(HERE), "--bare-child", "--deltas", str(deltas)]
+        proc, url = _spawn(cmd)
+        try:
+            cpu0 = _cpu_seconds(proc.pid)
+            result = trio.run(_load, url, clients, deltas)
+            result["cpu"] = _cpu_seconds(proc.pid) - cpu0
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            result_code = proc.wait(60)
+        result["exit"] = result_code
+        if kind == "serve":
+            result["store"] = _check_store(db, clients)
+    result["cpu_us_per_delta"] = 1e6 * result["cpu"] / max(result["deltas"], 1)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--clients", type=int, default=1000)
+    p.add_argument("--deltas", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--bare-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--loopback-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--probe-child", metavar="URL", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.bare_child:
+        _bare_main(args.deltas)
+        return
+    if args.probe_child:
+        _probe_main(args.probe_child)
+        return
+    if args.loopback_child:
+        _loopback_main(args.deltas)
+        return
+
+    loopback, loopback_url = _spawn(
+        [sys.executable, str(HERE), "--loopback-child", "--deltas", str(args.deltas)]
+    )
+    runs: dict[str, list[dict[str, Any]]] = {"serve": [], "bare": []}
+    ok = True
+    try:
+        for r in range(args.rounds):
+            for kind in ("bare", "serve"):  # interleaved, so noise hits both alike
+                res = _round(kind, args.clients, args.deltas, loopback_url)
+                runs[kind].append(res)
+                line = (
+                    f"round {r + 1} {kind:<5}: {res['elapsed']:.2f}s, "
+                    f"{res['complete']}/{args.clients} streams complete, "
+                    f"{res['committed']} committed outcomes, {len(res['failures'])} errors, "
+                    f"healthz {res['health_probes'] - res['health_failed']}/{res['health_probes']}"
+                    f" ok (max {1000 * res['health_max']:.0f} ms), exit {res['exit']}"
+                )
+                if kind == "serve":
+                    stored, lost, dup = res["store"]
+                    line += f"; store: {stored} committed, {lost} lost, {dup} duplicated"
+                    ok &= lost == 0 and dup == 0 and res["committed"] == args.clients
+                    ok &= res["health_failed"] == 0
+                ok &= res["complete"] == args.clients
+                if res["failures"]:
+                    kinds = sorted(set(res["failures"]))
+                    line += f"; client errors: {', '.join(kinds)}"
+                print(line, flush=True)
+    finally:
+        loopback.send_signal(signal.SIGTERM)
+        loopback.wait(30)
+
+    def med(kind: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[kind])
+
+    print()
+    print(f"{args.clients} clients x {args.deltas} deltas, medians of {args.rounds} round(s):")
+    print(f"{'variant':<34} {'turns/s':>9} {'p50 first':>10} {'p99 first':>10} {'CPU/delta':>11}")
+    names = {"bare": "bare Hypercorn SSE endpoint", "serve": "turnledger serve (SQLite)"}
+    for kind in ("bare", "serve"):
+        print(
+            f"{names[kind]:<34} {med(kind, 'turns_per_s'):>9.1f} "
+            f"{1000 * med(kind, 'p50_first'):>8.0f}ms {1000 * med(kind, 'p99_first'):>8.0f}ms "
+            f"{med(kind, 'cpu_us_per_delta'):>9.1f}µs"
+        )
+    ratio = med("serve", "cpu_us_per_delta") / med("bare", "cpu_us_per_delta")
+    print(f"CPU per delta, serve / bare: {ratio:.2f}x (goal: within 2x)")
+    print("every turn committed once, healthz answered throughout:", "yes" if ok else "NO")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

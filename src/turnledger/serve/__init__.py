@@ -1,0 +1,54 @@
+"""``turnledger serve``: the HTTP service and the browser timeline.
+
+- :func:`create_app`: the ASGI application over a running hub and its store
+  (Starlette; served by Hypercorn's trio worker in ``turnledger serve``).
+- :func:`timeline_model` / :func:`render_page`: one session's timeline as
+  data, and the self-contained HTML page that draws it (the page at ``/``,
+  and the static file of ``turnledger log DB --session S --html FILE``).
+
+Needs the ``serve`` extra (``pip install 'turnledger[serve]'``) for the
+application and the server; the timeline model and page need nothing more.
+"""
+
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
+from ._timeline import explain, render_page, session_page, session_summary, timeline_model
+
+if _TYPE_CHECKING:
+    from ._app import ServeSettings, create_app
+    from ._server import ServeOptionsError, add_serve_arguments, run_serve
+
+__all__ = [
+    "ServeOptionsError",
+    "ServeSettings",
+    "add_serve_arguments",
+    "create_app",
+    "explain",
+    "render_page",
+    "run_serve",
+    "session_page",
+    "session_summary",
+    "timeline_model",
+]
+
+_LAZY = {
+    "ServeSettings": "_app",
+    "create_app": "_app",
+    "ServeOptionsError": "_server",
+    "add_serve_arguments": "_server",
+    "run_serve": "_server",
+}
+
+
+def __getattr__(name: str) -> _Any:
+    # The server stack (starlette, hypercorn) loads only when asked for, so
+    # writing a static timeline needs no extra.
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,576 @@
+"""The ASGI application of ``turnledger serve`` (Starlette, run on trio).
+
+Routes (JSON under ``/v1``; every error is ``{"error": {"code", "message"}}``
+with a stable code, never a traceback):
+
+- ``POST /v1/sessions/{id}/turns`` → ``text/event-stream``: ``turn``, then
+  ``delta`` events (SSE ``id`` 1, 2, … numbers the deltas of that turn), then
+  ``outcome``. A refused question gets an HTTP error instead (409 busy, 413
+  over budget, 400 empty or invalid), since it never streams.
+- ``GET /v1/sessions/{id}/turns/{request_id}/stream`` with ``Last-Event-ID: k``
+  → the deltas after ``k`` once, then the outcome; a turn that ended gets
+  just the outcome. A client going away never cancels a turn.
+- ``POST /v1/sessions/{id}/turns/{request_id}/cancel`` → the turn's result.
+- ``GET /v1/sessions``, ``/v1/sessions/{id}``, ``/v1/sessions/{id}/events``,
+  ``/v1/sessions/{id}/state``, ``/v1/sessions/{id}/timeline`` and its live
+  ``/follow`` stream; ``GET /healthz``; the timeline page at ``/``.
+
+The hub's :class:`TurnHandle` already keeps every delta of a turn (each
+``preview()`` starts from the first), so a reconnecting client is served
+from the handle the app holds for each turn in flight it submitted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any
+
+import attrs
+import orjson
+import structlog
+import trio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .. import InvalidCommand, SessionClosed, SessionOwnedElsewhere, StoreError
+from ..events import DEFAULT_CODEC, EventStore, StoredEvent
+from ..sessions import (
+    CommittedResult,
+    DiscardedResult,
+    Hub,
+    RejectedResult,
+    TurnHandle,
+    TurnResult,
+    is_in_flight,
+    replay,
+)
+from ._timeline import phase_name, render_page, session_summary, timeline_model
+
+__all__ = ["ServeSettings", "create_app"]
+
+log = structlog.get_logger("turnledger.serve")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Session and request ids the service accepts: printable, no spaces or slashes.
+_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+_REJECT_STATUS = {"busy": 409, "over_budget": 413, "empty_question": 400, "invalid_question": 400}
+_SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+@attrs.frozen(kw_only=True)
+class ServeSettings:
+    """What the application needs besides the hub and the store."""
+
+    #: Bearer token every route requires; ``None`` for none (loopback only).
+    token: str | None = None
+    #: Largest request body accepted, in bytes.
+    max_body_bytes: int = 1_048_576
+    #: Largest page of ``/v1/sessions`` and ``/events``.
+    max_page: int = 1000
+    #: Seconds between store checks of a followed session.
+    follow_interval: float = 0.25
+    #: Finished turns whose results are kept in memory for reconnects.
+    keep_results: int = 4096
+
+
+class ApiError(Exception):
+    """An error the API answers with: HTTP status, stable code, message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    return _json({"error": {"code": code, "message": message}}, status)
+
+
+def _sse(event: str, data: Any, id: int | None = None) -> bytes:
+    head = f"id: {id}\n" if id is not None else ""
+    return f"{head}event: {event}\n".encode() + b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+def result_json(result: TurnResult) -> dict[str, Any]:
+    """A turn result as the API shows it."""
+    body: dict[str, Any] = {"kind": result.kind, "request_id": result.request_id}
+    if isinstance(result, CommittedResult):
+        usage = None if result.usage is None else attrs.asdict(result.usage)
+        body.update(answer=result.answer, finish_reason=result.finish_reason, usage=usage)
+    elif isinstance(result, DiscardedResult):
+        body.update(reason=result.reason, detail=result.detail, preview_chars=result.preview_chars)
+    else:
+        body.update(reason=result.reason, detail=result.detail)
+    body["repeated"] = result.repeated
+    return body
+
+
+def _stored_outcome(stored: list[StoredEvent], request_id: str) -> dict[str, Any] | None:
+    # The recorded end of a request from the log: what a reconnect after the
+    # turn (or the process that ran it) is gone gets.
+    for env in reversed(stored):
+        if env.payload.get("request_id") != request_id:
+            continue
+        p = env.payload
+        if env.tag == "turn_committed":
+            return {
+                "kind": "committed",
+                "request_id": request_id,
+                "answer": p["answer"],
+                "finish_reason": p.get("finish_reason", "stop"),
+                "usage": p.get("usage"),
+                "repeated": True,
+            }
+        if env.tag in ("turn_discarded", "turn_rejected"):
+            body = {"kind": "discarded" if env.tag == "turn_discarded" else "rejected"}
+            body.update(request_id=request_id, reason=p["reason"], detail=p.get("detail", ""))
+            if env.tag == "turn_discarded":
+                body["preview_chars"] = p.get("preview_chars", 0)
+            return body | {"repeated": True}
+    return None
+
+
+def _check_id(what: str, value: Any) -> str:
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise ApiError(
+            400, f"bad_{what}", f"a {what.replace('_', ' ')} is 1-128 of A-Z a-z 0-9 . _ : @ -"
+        )
+    return value
+
+
+def _int_param(request: Request, name: str, default: int, *, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not re.fullmatch(r"[0-9]{1,18}", raw) or not low <= int(raw) <= high:
+        raise ApiError(400, "bad_parameter", f"{name} must be an integer in {low}..{high}")
+    return int(raw)
+
+
+class _Relay:
+    """One turn in flight, as the streams of all its clients read it.
+
+    A task per turn reads the handle's preview once and keeps each delta as
+    its encoded SSE frame; every stream of the turn (the first, and any
+    reattached with Last-Event-ID) sends what it has not sent yet in one
+    write, so a burst of deltas costs one write per client, not one each.
+    """
+
+    __slots__ = ("frames", "handle", "lot", "outcome")
+
+    def __init__(self, handle: TurnHandle) -> None:
+        self.handle = handle
+        #: ``frames[i]`` is the SSE frame of delta ``i + 1``.
+        self.frames: list[bytes] = []
+        #: The final frame (``outcome``, or ``error`` if the hub closed first).
+        self.outcome: bytes | None = None
+        self.lot = trio.lowlevel.ParkingLot()
+
+    async def run(self, service: _Service, key: tuple[str, str]) -> None:
+        n = 0
+        async for delta in self.handle.preview():
+            n += 1
+            self.frames.append(_sse("delta", {"text": delta}, id=n))
+            self.lot.unpark_all()
+        try:
+            result = await self.handle.outcome()
+        except SessionClosed:
+            gone = {"code": "shutting_down", "message": "the service stopped before the turn ended"}
+            self.outcome = _sse("error", gone)
+        else:
+            service._finish(key, result)
+            self.outcome = _sse("outcome", result_json(result))
+        self.lot.unpark_all()
+
+    async def stream(self, after: int, head: bytes) -> AsyncIterator[bytes]:
+        if head:
+            yield head
+        sent = after
+        while True:
+            if sent < len(self.frames):
+                batch = self.frames[sent:]
+                sent += len(batch)
+                yield b"".join(batch)
+            elif self.outcome is not None:
+                yield self.outcome
+                return
+            else:
+                await self.lot.park()
+
+
+class _Service:
+    def __init__(
+        self,
+        hub: Hub,
+        store: EventStore,
+        settings: ServeSettings,
+        stopping: trio.Event,
+        nursery: trio.Nursery,
+    ) -> None:
+        self.stopping = stopping
+        self.nursery = nursery
+        self.hub = hub
+        self.store = store
+        self.settings = settings
+        #: Turns in flight this process submitted, by (session, request id).
+        self.live: dict[tuple[str, str], _Relay] = {}
+        #: Results of recently finished turns (for reconnects), oldest first.
+        self.done: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+
+    # -- helpers ---------------------------------------------------------
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        limit = self.settings.max_body_bytes
+        too_large = ApiError(413, "body_too_large", f"request bodies are limited to {limit} bytes")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_large
+        chunks = bytearray()
+        async for chunk in request.stream():
+            chunks += chunk
+            if len(chunks) > limit:
+                raise too_large
+        try:
+            body = orjson.loads(bytes(chunks))
+        except orjson.JSONDecodeError:
+            raise ApiError(400, "bad_json", "the body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "bad_json", "the body must be a JSON object")
+        return body
+
+    async def _stored(self, session_id: str) -> list[StoredEvent]:
+        stored = await self.store.read(session_id)
+        if not stored:
+            raise ApiError(404, "unknown_session", f"no session {session_id!r}")
+        return stored
+
+    def _finish(self, key: tuple[str, str], result: TurnResult) -> None:
+        self.live.pop(key, None)
+        self.done[key] = result_json(result)
+        self.done.move_to_end(key)
+        while len(self.done) > self.settings.keep_results:
+            self.done.popitem(last=False)
+
+    async def _admitted(self, handle: TurnHandle) -> None:
+        # Wait until the session took the question in (it is in flight or
+        # already ended) or refused it: a refusal is an HTTP error, not a
+        # stream. The hub has no signal for admission, so look at the state.
+        pause = 0.001
+        while not handle.done:
+            state = await self.hub.state(handle.session_id)
+            if is_in_flight(state) and state.request.request_id == handle.request_id:  # type: ignore[union-attr]
+                return
+            await trio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    @staticmethod
+    def _hub_error(exc: Exception) -> ApiError:
+        if isinstance(exc, SessionOwnedElsewhere):
+            return ApiError(409, "owned_elsewhere", "another process owns this session")
+        if isinstance(exc, SessionClosed):
+            return ApiError(503, "shutting_down", "the service is shutting down")
+        if isinstance(exc, InvalidCommand):
+            return ApiError(400, "bad_request", str(exc))
+        return ApiError(503, "store_error", "the event store failed")
+
+    # -- routes ------------------------------------------------------------
+
+    async def submit(self, request: Request) -> Response:
+        session_id = _check_id("session_id", request.path_params["session_id"])
+        body = await self._body(request)
+        unknown = set(body) - {"question", "request_id"}
+        if unknown:
+            raise ApiError(400, "bad_field", f"unknown fields: {', '.join(sorted(unknown))}")
+        question = body.get("question")
+        if not isinstance(question, str):
+            raise ApiError(400, "bad_field", "question must be a string")
+        rid = body.get("request_id")
+        if rid is not None:
+            _check_id("request_id", rid)
+        try:
+            handle = await self.hub.submit(session_id, question, request_id=rid)
+            key = (session_id, handle.request_id)
+            await self._admitted(handle)
+            if handle.done:
+                result = await handle.outcome()
+                if isinstance(result, RejectedResult):
+                    self._finish(key, result)
+                    status = _REJECT_STATUS.get(result.reason, 400)
+                    code = "busy" if result.reason == "busy" else result.reason
+                    return _error(status, code, _describe_rejection(result))
+        except (StoreError, SessionClosed, InvalidCommand) as exc:
+            raise self._hub_error(exc) from None
+        relay = self.live.get(key)
+        if relay is None:
+            # The first handle of the turn (a repeat joins the same relay).
+            relay = self.live[key] = _Relay(handle)
+            self.nursery.start_soon(relay.run, self, key)
+        head = _sse("turn", {"session_id": key[0], "request_id": key[1]})
+        return StreamingResponse(
+            relay.stream(0, head), media_type="text/event-stream", headers=_SSE_HEADERS
+        )
+
+    async def reattach(self, request: Request) -> Response:
+        session_id = _check_id("session_id", request.path_params["session_id"])
+        rid = _check_id("request_id", request.path_params["request_id"])
+        raw = request.headers.get("last-event-id", "0").strip() or "0"
+        if not re.fullmatch(r"[0-9]{1,9}", raw):
+            raise ApiError(400, "bad_last_event_id", "Last-Event-ID must be a delta number")
+        after = int(raw)
+        key = (session_id, rid)
+        relay = self.live.get(key)
+        if relay is not None:
+            return StreamingResponse(
+                relay.stream(after, b""), media_type="text/event-stream", headers=_SSE_HEADERS
+            )
+        outcome = await self._outcome(key)
+        return StreamingResponse(
+            _one(_sse("outcome", outcome)), media_type="text/event-stream", headers=_SSE_HEADERS
+        )
+
+    async def _outcome(self, key: tuple[str, str]) -> dict[str, Any]:
+        if key in self.done:
+            return self.done[key]
+        stored = await self._stored(key[0])
+        found = _stored_outcome(stored, key[1])
+        if found is None and any(e.payload.get("request_id") == key[1] for e in stored):
+            # In flight in the log but not here: the process that ran it
+            # stopped. Starting the session's actor recovers the log, which
+            # closes the turn as interrupted (or, if another process owns
+            # the session, says so).
+            try:
+                await self.hub.open_session(key[0])
+            except (StoreError, SessionClosed, InvalidCommand) as exc:
+                raise self._hub_error(exc) from None
+            found = _stored_outcome(await self.store.read(key[0]), key[1])
+            if found is None:
+                raise ApiError(409, "in_flight_elsewhere", "the turn is in flight elsewhere")
+        if found is None:
+            raise ApiError(404, "unknown_request", f"no request {key[1]!r} in this session")
+        return found
+
+    async def cancel(self, request: Request) -> Response:
+        session_id = _check_id("session_id", request.path_params["session_id"])
+        rid = _check_id("request_id", request.path_params["request_id"])
+        key = (session_id, rid)
+        relay = self.live.get(key)
+        if relay is not None:
+            try:
+                result = await relay.handle.cancel()
+            except SessionClosed as exc:
+                raise self._hub_error(exc) from None
+            return _json(result_json(result))
+        return _json(await self._outcome(key))
+
+    async def sessions(self, request: Request) -> Response:
+        limit = _int_param(request, "limit", 100, low=1, high=self.settings.max_page)
+        after = _int_param(request, "after", 0, low=0, high=10**18)
+        ids = await self.store.session_ids()
+        page = ids[after : after + limit]
+        items = [session_summary(sid, await self.store.read(sid)) for sid in page]
+        nxt = after + len(page) if after + len(page) < len(ids) else None
+        return _json({"sessions": items, "total": len(ids), "next": nxt})
+
+    async def session(self, request: Request) -> Response:
+        session_id = _check_id("session_id", request.path_params["session_id"])
+        state = await self.hub.state(session_id)
+        if state.version == 0:
+            raise ApiError(404, "unknown_session", f"no session {session_id!r}")
+        return _json(_state_json(session_id, state))
+
+    async def events(self, request: Request) -> Response:
+        session_id = _check_id("session_id", request.path_params["session_id"])
+        after = _int_param(request, "after", 0, low=0, high=10**18)
+        limit = _int_param(request, "limit", 100, low=1, high=self.settings.max_page)
+        stored = await self.store.read(session_id, after)
+        if not stored and after == 0:
+            raise ApiError(404, "unknown_session", f"no session {session_id!r}")
+        page = stored[:limit]
+        items = [
+            {
+                "seq": e.seq,
+                "tag": e.tag,
+                "schema_version": e.schema_version,
+                "recorded_at": e.recorded_at,
+                "payload": dict(e.payload),
+            }
+            for e in page
+        ]
+        nxt = page[-1].seq if len(stored) > limit else None
+        return _json({"session_id": session_id, "events": items, "next": nxt})
+
+    async def state_at(self, request: Request) -> Response:
+        session_id = _check_id("session_id", request.path_params["session_id"])
+        events = await self.store.read_decoded(session_id, DEFAULT_CODEC)
+        if not events:
+            raise ApiError(404, "unknown_session", f"no session {session_id!r}")
+        at = _int_param(request, "at", len(events), low=1, high=10**18)
+        if at > len(events):
+            raise ApiError(404, "unknown_seq", f"the session has {len(events)} events")
+        return _json(_state_json(session_id, replay(events[:at])))
+
+    async def timeline(self, request: Request) -> Response:
+        session_id = _check_id("session_id", request.path_params["session_id"])
+        return _json(timeline_model(session_id, await self._stored(session_id)))
+
+    async def follow(self, request: Request) -> Response:
+        session_id = _check_id("session_id", request.path_params["session_id"])
+        stored = await self._stored(session_id)
+
+        async def events() -> AsyncIterator[bytes]:
+            seen = list(stored)
+            yield _sse("timeline", timeline_model(session_id, seen))
+            while not self.stopping.is_set():
+                with trio.move_on_after(self.settings.follow_interval):
+                    await self.stopping.wait()
+                more = await self.store.read(session_id, seen[-1].seq)
+                if more:
+                    seen.extend(more)
+                    yield _sse("timeline", timeline_model(session_id, seen))
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+
+    async def healthz(self, request: Request) -> Response:
+        stats = self.hub.statistics()
+        return _json({"ok": True, "actors": stats.actors, "in_flight": stats.in_flight})
+
+    async def page(self, request: Request) -> Response:
+        return HTMLResponse(render_page(None), headers={"Cache-Control": "no-store"})
+
+
+async def _one(chunk: bytes) -> AsyncIterator[bytes]:
+    yield chunk
+
+
+def _describe_rejection(result: RejectedResult) -> str:
+    return {
+        "busy": "another turn of this session is in flight",
+        "over_budget": "the question does not fit the request budget",
+        "empty_question": "the question is empty",
+        "invalid_question": "the question is not valid Unicode text",
+    }.get(result.reason, result.reason)
+
+
+def _state_json(session_id: str, state: Any) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "version": state.version,
+        "phase": phase_name(state),
+        "in_flight": state.request.request_id if is_in_flight(state) else None,
+        "turns": [
+            {"request_id": t.request_id, "question": t.question, "answer": t.answer}
+            for t in state.turns
+        ],
+    }
+
+
+def _guard(app: ASGIApp, token: str | None) -> ASGIApp:
+    """Access log for every request, and the bearer token when one is set."""
+    expected = None if token is None else f"Bearer {token}".encode()
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            if expected is not None:
+                given = dict(scope["headers"]).get(b"authorization", b"")
+                if not hmac.compare_digest(given, expected):
+                    await _error(401, "unauthorized", "a bearer token is required")(
+                        scope, receive, sending
+                    )
+                    return
+            await app(scope, receive, sending)
+        finally:
+            log.info(
+                "http_request",
+                method=scope["method"],
+                path=scope["path"],
+                status=status,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+
+    return guarded
+
+
+def create_app(
+    hub: Hub,
+    store: EventStore,
+    settings: ServeSettings | None = None,
+    *,
+    nursery: trio.Nursery,
+    stopping: trio.Event | None = None,
+) -> ASGIApp:
+    """The ASGI application over a running hub and its store.
+
+    ``nursery`` runs one small task per turn in flight (it reads the turn's
+    preview for all its streams; it ends with the turn, or when the hub
+    closes). ``stopping``, once set, ends the live-follow streams (so a
+    graceful shutdown need not wait for browsers to go away).
+    """
+    settings = settings or ServeSettings()
+    stop = trio.Event() if stopping is None else stopping
+    svc = _Service(hub, store, settings, stop, nursery)
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return _error(exc.status, exc.code, exc.message)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.error("http_error", error=type(exc).__name__, path=request.url.path)
+        return _error(500, "internal", "internal error")
+
+    sid = "{session_id}"
+    turn = f"/v1/sessions/{sid}/turns/{{request_id}}"
+    app = Starlette(
+        routes=[
+            Route("/", svc.page),
+            Route("/healthz", svc.healthz),
+            Route("/v1/sessions", svc.sessions),
+            Route(f"/v1/sessions/{sid}", svc.session),
+            Route(f"/v1/sessions/{sid}/events", svc.events),
+            Route(f"/v1/sessions/{sid}/state", svc.state_at),
+            Route(f"/v1/sessions/{sid}/timeline", svc.timeline),
+            Route(f"/v1/sessions/{sid}/follow", svc.follow),
+            Route(f"/v1/sessions/{sid}/turns", svc.submit, methods=["POST"]),
+            Route(f"{turn}/stream", svc.reattach),
+            Route(f"{turn}/cancel", svc.cancel, methods=["POST"]),
+        ],
+        exception_handlers={
+            ApiError: api_error,
+            HTTPException: http_error,
+            Exception: internal,
+        },
+    )
+    return _guard(app, settings.token)

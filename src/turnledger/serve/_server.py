@@ -1,0 +1,223 @@
+"""Running the service: Hypercorn's trio worker, the hub, signals.
+
+``turnledger serve`` (and ``python -m turnledger.serve``) parse their
+options here. SIGTERM or SIGINT stops accepting connections; turns in
+flight may end within the grace period, then leaving the hub writes the
+rest as ``interrupted``, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import structlog
+import trio
+
+from ._app import ServeSettings, create_app
+
+__all__ = ["ServeOptionsError", "add_serve_arguments", "run_serve"]
+
+log = structlog.get_logger("turnledger.serve")
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+class ServeOptionsError(ValueError):
+    """Options that cannot work together (``turnledger serve`` exits 2);
+    raised before anything is opened or bound."""
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``turnledger serve``."""
+    p.add_argument("--db", required=True, help="event log: SQLite file, .jsonl or postgresql://")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8421, help="port (default: %(default)s; 0: any)")
+    p.add_argument("--token-env", metavar="NAME", default=None,
+                   help="variable holding the bearer token every route then requires "
+                   "(required to bind anything but loopback)")  # fmt: skip
+    p.add_argument("--provider", choices=["openai", "ollama"], default="openai",
+                   help="the model server's protocol (default: %(default)s)")  # fmt: skip
+    p.add_argument("--base-url", help="model server (default: a built-in loopback server)")
+    p.add_argument("--model", default=None, help="model name (default: loopback)")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="variable holding the provider's API key")  # fmt: skip
+    p.add_argument("--system", default="", help="system prompt of new sessions")
+    p.add_argument("--on-busy", choices=["reject", "supersede"], default="reject",
+                   help="a question while a turn is in flight: refused (409) or it replaces "
+                   "the turn (default: %(default)s)")  # fmt: skip
+    p.add_argument("--max-request-bytes", type=int, default=None, metavar="N",
+                   help="cap on the request body sent to the model (default: none)")  # fmt: skip
+    p.add_argument("--max-prompt-tokens", type=int, default=None, metavar="N",
+                   help="cap on the estimated prompt tokens (default: none)")  # fmt: skip
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="turn deadline (default: %(default)s)")  # fmt: skip
+    p.add_argument("--idle-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="seconds without a delta before a turn times out (default: "
+                   "%(default)s)")  # fmt: skip
+    p.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
+                   help="on SIGTERM, how long turns in flight may take to end")  # fmt: skip
+    p.add_argument("--max-body-bytes", type=int, default=1_048_576, metavar="N",
+                   help="largest request body accepted (default: %(default)s)")  # fmt: skip
+    p.add_argument("--max-connections", type=int, default=2000, metavar="N",
+                   help="connections to the model server (default: %(default)s)")  # fmt: skip
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            raise ServeOptionsError(f"--token-env: {args.token_env} is not set")
+        return token
+    if args.host not in _LOOPBACK:
+        raise ServeOptionsError(f"binding {args.host} requires a token (--token-env NAME)")
+    return None
+
+
+def _provider(args: argparse.Namespace, base_url: str, client: Any) -> Any:
+    from ..adapters.providers import OllamaChat, OpenAIChat
+
+    key: str | None
+    if not args.base_url:
+        key = ""
+    elif args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if key is None:
+            raise ServeOptionsError(f"--api-key-env: {args.api_key_env} is not set")
+    else:
+        key = None
+    if args.provider == "ollama":
+        return OllamaChat(base_url=base_url, api_key=key, client=client)
+    return OpenAIChat(base_url=base_url, api_key=key, client=client)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    # One connection per turn in flight: httpx's default pool (100) would
+    # queue the turns of a busy service behind each other.
+    import httpx
+
+    from ..adapters.providers.ollama import DEFAULT_OLLAMA_TIMEOUT
+    from ..adapters.providers.openai import DEFAULT_TIMEOUT
+
+    timeout = DEFAULT_OLLAMA_TIMEOUT if args.provider == "ollama" else DEFAULT_TIMEOUT
+    n = args.max_connections
+    return httpx.AsyncClient(
+        timeout=timeout, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    )
+
+
+@asynccontextmanager
+async def _given(url: str) -> AsyncIterator[str]:
+    yield url
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def run_serve(
+    args: argparse.Namespace,
+    endpoint: Callable[[argparse.Namespace], AbstractAsyncContextManager[str]] | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit code (0 after a clean stop).
+
+    ``args`` holds the options of :func:`add_serve_arguments`. Without
+    ``--base-url``, ``endpoint(args)`` provides the model server's URL (the
+    command line passes the built-in loopback server that ``chat`` uses).
+    """
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    from ..adapters.stores import open_store
+    from ..sessions import open_hub
+
+    token = _token(args)
+    if not args.base_url and endpoint is None:
+        raise ServeOptionsError("--base-url is required")
+    model = args.model or ("loopback" if not args.base_url else None)
+    if model is None:
+        raise ServeOptionsError("--model is required with --base-url")
+    sock = _bind(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    handed = False
+    served = trio.Event()
+    opened = _given(args.base_url) if args.base_url or endpoint is None else endpoint(args)
+    async with opened as base_url:
+        client = _client(args)
+        provider = _provider(args, base_url, client)
+        store = await open_store(args.db)
+        try:
+            async with client, provider, trio.open_nursery() as nursery:
+                stop = trio.Event()
+
+                async def on_signal() -> None:
+                    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                        async for _ in signals:
+                            stop.set()
+
+                nursery.start_soon(on_signal)
+                config = Config()
+                config.bind = [f"fd://{sock.fileno()}"]
+                config.backlog = 1024  # Hypercorn listens again with this (default 100)
+                # Streams end once the hub has closed (every turn then has its
+                # outcome), so this is only a backstop.
+                config.graceful_timeout = args.grace + 15
+                config.accesslog = None
+                config.errorlog = None
+                config.keep_alive_timeout = 75
+                settings = ServeSettings(token=token, max_body_bytes=args.max_body_bytes)
+                async with open_hub(
+                    store,
+                    provider,
+                    model=model,
+                    system=args.system,
+                    on_busy=args.on_busy,
+                    max_request_bytes=args.max_request_bytes,
+                    max_prompt_tokens=args.max_prompt_tokens,
+                    turn_deadline=args.timeout,
+                    idle_timeout=args.idle_timeout,
+                ) as hub:
+                    app = create_app(hub, store, settings, nursery=nursery, stopping=stop)
+                    # The server runs in the outer nursery: it outlives the hub,
+                    # so streams still deliver the outcomes the hub's closing
+                    # writes (``interrupted``) before the connections end.
+                    handed = True  # from here on Hypercorn owns (and closes) the socket
+                    nursery.start_soon(_serve, serve, app, config, stop, served)
+                    shown = f"[{host}]" if ":" in host else host
+                    print(f"turnledger serve: listening on http://{shown}:{port}", flush=True)
+                    await stop.wait()
+                    # Stopped accepting; turns in flight may end within the grace.
+                    with trio.move_on_after(args.grace):
+                        while hub.statistics().in_flight:
+                            await trio.sleep(0.05)
+                    log.info("serve_stopping", in_flight=hub.statistics().in_flight)
+                # Hypercorn finishes its connections, then the signal watcher goes.
+                await served.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            await store.aclose()
+            if handed:
+                sock.detach()
+            else:
+                sock.close()
+    return 0
+
+
+async def _serve(serve: Any, app: Any, config: Any, stop: trio.Event, done: trio.Event) -> None:
+    # The socket is bound and listening already, so the address printed
+    # before this starts is good (a parent reads it with --port 0).
+    try:
+        await serve(app, config, shutdown_trigger=stop.wait)
+    finally:
+        done.set()
