@@ -54,6 +54,7 @@ from streaming import _serve, make_stream
 
 from turnledger import aio
 from turnledger.adapters.providers import OpenAIChat
+from turnledger.aio._hub import start_guest
 from turnledger.events import RequestId
 from turnledger.sessions import ChatMessage, ChatRequest, open_hub
 from turnledger.testing import MemoryStore
@@ -149,15 +150,7 @@ def _as_guest(main: Callable[..., Awaitable[None]], *args: Any) -> None:
         hops = _Hops()
         hops.wrap(loop)
         done: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
-        trio.lowlevel.start_guest_run(
-            main,
-            *args,
-            hops,
-            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
-            run_sync_soon_not_threadsafe=loop.call_soon,
-            done_callback=done.set_result,
-            host_uses_signal_set_wakeup_fd=True,
-        )
+        start_guest(loop, done.set_result, main, *args, hops)
         (await done).unwrap()
 
     asyncio.run(host())

@@ -363,6 +363,24 @@ class _Run:
         self.done.result()
 
 
+def start_guest(
+    loop: asyncio.AbstractEventLoop,
+    done: Callable[[outcome.Outcome[Any]], object],
+    fn: Callable[..., Awaitable[Any]],
+    *args: Any,
+) -> None:
+    """Start ``fn(*args)`` as a trio guest run on ``loop`` (``done`` gets its
+    outcome): how :func:`open_hub` runs trio, and benchmarks/aio.py too."""
+    trio.lowlevel.start_guest_run(
+        fn,
+        *args,
+        run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+        run_sync_soon_not_threadsafe=loop.call_soon,
+        done_callback=done,
+        host_uses_signal_set_wakeup_fd=True,
+    )
+
+
 @asynccontextmanager
 async def open_hub(
     store: Opener[EventStore],
@@ -394,16 +412,7 @@ async def open_hub(
     loop = asyncio.get_running_loop()
     run = _Run(loop)
     options["model"] = model
-    trio.lowlevel.start_guest_run(
-        run.main,
-        store,
-        provider,
-        options,
-        run_sync_soon_threadsafe=loop.call_soon_threadsafe,
-        run_sync_soon_not_threadsafe=loop.call_soon,
-        done_callback=run.finished,
-        host_uses_signal_set_wakeup_fd=True,
-    )
+    start_guest(loop, run.finished, run.main, store, provider, options)
     try:
         await asyncio.wait((run.ready, run.done), return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
