@@ -285,7 +285,9 @@ class Hub:
         """Ask ``question`` in ``session_id`` (created with the hub's defaults if new).
 
         Returns once the Submit is in the session's mailbox (waiting while the
-        mailbox is full); the turn goes on without the caller.
+        mailbox is full); the turn goes on without the caller. A cancel point;
+        a mailbox with room takes the Submit without a schedule point (the
+        wait for :meth:`TurnHandle.outcome` is one).
 
         Args:
             request_id: the caller's id for this question. Submitting the
