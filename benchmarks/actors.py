@@ -12,6 +12,10 @@ Prints medians of several runs and the ratios that matter:
 - the runtime's cost per turn against calling decide/evolve directly;
 - for context: an awaited request/reply through a memory channel, and
   send_nowait drained in bursts.
+
+Throughput is wall-clock time; costs per turn and per message are CPU time
+(``time.process_time``) of the same runs, which a machine shared with other
+work shifts much less.
 """
 
 from __future__ import annotations
@@ -131,10 +135,11 @@ def idle_actor_bytes(n: int, passivate_after: float | None) -> float:
 # --- throughput ---------------------------------------------------------------
 
 
-def hub_turns(sessions: int, turns: int, policy: Any = None) -> tuple[float, Any]:
-    """Seconds for ``sessions`` callers each running ``turns`` turns at once."""
+def hub_turns(sessions: int, turns: int, policy: Any = None) -> tuple[float, float, Any]:
+    """Seconds (wall clock, then CPU) for ``sessions`` callers each running
+    ``turns`` turns at once, and the hub's statistics."""
 
-    async def main() -> tuple[float, Any]:
+    async def main() -> tuple[float, float, Any]:
         store = MemoryStore()
         provider = ScriptedProvider.instant()
         async with open_hub(store, provider, model="m", policy=policy) as hub:
@@ -147,24 +152,24 @@ def hub_turns(sessions: int, turns: int, policy: Any = None) -> tuple[float, Any
                     result = await (await hub.submit(sid, f"question {t}")).outcome()
                     assert result.kind == "committed", result
 
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             async with trio.open_nursery() as nursery:
                 for i in range(sessions):
                     nursery.start_soon(caller, f"s{i}")
-            elapsed = time.perf_counter() - t0
-            return elapsed, hub.statistics()
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+            return elapsed, cpu, hub.statistics()
 
     return trio.run(main)
 
 
 def pure_turns(turns: int, policy: Any, *, codec: bool = False) -> float:
-    """Seconds for ``turns`` turns through decide/evolve alone (no I/O), with
-    ``codec``: plus encoding each event into its stored envelope."""
+    """CPU seconds for ``turns`` turns through decide/evolve alone (no I/O),
+    with ``codec``: plus encoding each event into its stored envelope."""
     state: Any = initial_state()
     for ev in decide(state, Start("", "m", policy)):
         state = evolve(state, ev)
     encode = DEFAULT_CODEC.encode if codec else None
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for t in range(turns):
         rid = RequestId(f"r{t}")
         for msg in (
@@ -176,14 +181,14 @@ def pure_turns(turns: int, policy: Any, *, codec: bool = False) -> float:
                 if encode is not None:
                     encode(ev, session_id="s", seq=state.version + 1, recorded_at=0.0)
                 state = evolve(state, ev)
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 # --- message passing, for context ---------------------------------------------
 
 
 def ping_pong(n: int) -> float:
-    """Seconds per awaited request/reply through memory channels."""
+    """CPU seconds per awaited request/reply through memory channels."""
 
     async def main() -> float:
         req_tx, req_rx = trio.open_memory_channel[int](0)
@@ -195,11 +200,11 @@ def ping_pong(n: int) -> float:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(server)
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for i in range(n):
                 await req_tx.send(i)
                 await rep_rx.receive()
-            elapsed = time.perf_counter() - t0
+            elapsed = time.process_time() - t0
             await req_tx.aclose()
         return elapsed / n
 
@@ -207,11 +212,11 @@ def ping_pong(n: int) -> float:
 
 
 def bursts(n: int, burst: int = 64) -> float:
-    """Seconds per message sent with send_nowait and drained in bursts."""
+    """CPU seconds per message sent with send_nowait and drained in bursts."""
 
     async def main() -> float:
         tx, rx = trio.open_memory_channel[int](burst)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(n // burst):
             for i in range(burst):
                 tx.send_nowait(i)
@@ -221,7 +226,7 @@ def bursts(n: int, burst: int = 64) -> float:
                     rx.receive_nowait()
                 except trio.WouldBlock:
                     break
-        return (time.perf_counter() - t0) / (n // burst * burst)
+        return (time.process_time() - t0) / (n // burst * burst)
 
     return trio.run(main)
 
@@ -253,10 +258,12 @@ def main() -> None:
 
     total = sessions * turns
     elapsed: list[float] = []
+    cpu: list[float] = []
     stats = None
     for _ in range(runs):
-        e, stats = hub_turns(sessions, turns)
+        e, c, stats = hub_turns(sessions, turns)
         elapsed.append(e)
+        cpu.append(c)
     hub_s = statistics.median(elapsed)
     gc.disable()
     try:
@@ -294,9 +301,9 @@ def main() -> None:
     pure = median_of(runs, lambda: pure_turns(n_pure, policy)) / n_pure
     pure_codec = median_of(runs, lambda: pure_turns(n_pure, policy, codec=True)) / n_pure
     n_one = 2_000
-    one = median_of(runs, lambda: hub_turns(1, n_one, policy)[0]) / n_one
-    conc = hub_s / total
-    print("cost per turn (3 messages: Submit, ResponseStarted, Completed)")
+    one = median_of(runs, lambda: hub_turns(1, n_one, policy)[1]) / n_one
+    conc = statistics.median(cpu) / total
+    print("CPU cost per turn (3 messages: Submit, ResponseStarted, Completed)")
     print(f"  decide/evolve in a loop                  {pure * 1e6:7.1f} us")
     print(
         f"  decide/evolve + codec encode             {pure_codec * 1e6:7.1f} us"
@@ -313,13 +320,13 @@ def main() -> None:
 
     pp = median_of(runs, lambda: ping_pong(20_000))
     bn = median_of(runs, lambda: bursts(200_000))
-    print("message passing, for context")
+    print("message passing (CPU), for context")
     print(f"  awaited request/reply through memory channels {pp * 1e6:6.2f} us")
     print(
         f"  send_nowait drained in bursts of 64            {bn * 1e6:6.2f} us"
         f"   ratio {pp / bn:5.1f}x"
     )
-    print(f"  hub turn at 1,000 sessions = {conc / pp:4.1f} request/replies")
+    print(f"  hub turn at {sessions:,} sessions = {conc / pp:4.1f} request/replies")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-import attrs
 import trio
 
 from ..._errors import ConcurrencyConflict, StoreError
@@ -14,8 +13,14 @@ from ...events import StoredEvent
 
 # Re-exported for the PostgreSQL store until it imports it from ._common.
 from ._common import HeldEvents, check_batch
+from ._payloads import loads_payload
 
 __all__ = ["MemoryStore"]
+
+#: ``json.dumps(payload, allow_nan=False)`` without building an encoder per call.
+_dumps = json.JSONEncoder(allow_nan=False).encode
+#: ``json.loads``, exactly, through orjson.
+_loads = loads_payload
 
 
 class MemoryStore(HeldEvents):
@@ -44,21 +49,25 @@ class MemoryStore(HeldEvents):
         stream = self._streams.get(session_id, [])
         if len(stream) != expected_version:
             raise ConcurrencyConflict(session_id, expected_version, len(stream))
+        # One JSON round trip per payload (the standard library's writer,
+        # the exact reader) and one new envelope per event, built directly.
         try:
-            copies = [
-                attrs.evolve(
-                    ev,
-                    payload=json.loads(json.dumps(ev.payload, allow_nan=False)),
-                )
-                for ev in events
-            ]
+            payloads = [_loads(_dumps(ev.payload)) for ev in events]
         except (TypeError, ValueError) as exc:
             raise StoreError(f"payload is not JSON-able: {exc}") from exc
         position = len(self._feed)
-        stored = []
-        for ev in copies:
-            position += 1
-            stored.append(attrs.evolve(ev, position=position))
+        stored = [
+            StoredEvent(
+                ev.session_id,
+                ev.seq,
+                ev.tag,
+                ev.schema_version,
+                payload,
+                ev.recorded_at,
+                position + i,
+            )
+            for i, (ev, payload) in enumerate(zip(events, payloads, strict=True), start=1)
+        ]
         self._streams.setdefault(session_id, stream).extend(stored)
         self._feed.extend(stored)
         return expected_version + len(events)

@@ -114,6 +114,7 @@ class _Flight:
         "chars",
         "deadline",
         "ended",
+        "finished",
         "last_activity",
         "request_id",
         "running",
@@ -126,12 +127,14 @@ class _Flight:
         self.actor = actor
         self.request_id = request_id
         self._log: Any = None
-        self.tickets: list[Ticket] = []
+        self.tickets: Sequence[Ticket] = ()
         self.scope = trio.CancelScope()
         self.chars = 0
         self.deadline = deadline
         self.last_activity = trio.current_time()
+        #: Its request task was started / has returned.
         self.running = False
+        self.finished = False
         self.ended = False
         #: Its Timeout is on its way to the mailbox (or in the batch).
         self.timed_out = False
@@ -163,6 +166,17 @@ class _Flight:
         self.chars += len(text)
         for ticket in self.tickets:
             ticket.push(text)
+
+    def end(self) -> None:
+        """The turn ended: stop its request task if it still runs, and let go
+        of the callers' tickets. The timers' heap may keep this object until
+        it is next compacted; what it no longer holds cannot grow old with it
+        (objects that reach the oldest generation make the cyclic GC walk the
+        whole heap sooner)."""
+        self.ended = True
+        if not self.finished:
+            self.scope.cancel()
+        self.tickets = ()
 
     # -- timers ------------------------------------------------------------
 
@@ -485,8 +499,7 @@ class Actor:
             flight = self._flight
             if flight is not None:
                 self._flight = None
-                flight.ended = True
-                flight.scope.cancel()
+                flight.end()
             if registered:
                 if why == "passivated":
                     rt.counters.actors_passivated += 1
@@ -696,8 +709,7 @@ class Actor:
         flight = self._flight
         if flight is not None and flight.request_id == request_id:
             self._flight = None
-            flight.ended = True
-            flight.scope.cancel()
+            flight.end()
         ended = self._ended
         if ended is None:
             ended = self._ended = {}
@@ -738,6 +750,7 @@ class Actor:
                 # late result is recorded as CompletionIgnored.
                 await self.report(msg)
         finally:
+            flight.finished = True
             rt.counters.request_tasks -= 1
 
     # -- helpers -----------------------------------------------------------

@@ -253,8 +253,19 @@ class Hub:
                 started.set()
 
     async def _send(self, session_id: str, item: Item, start: Start | None = None) -> Actor:
+        # A cancel point first: once past it, the message is sent. A mailbox
+        # with room then takes it without a task switch; the caller's next
+        # wait (for the outcome, usually) is its schedule point.
+        await trio.lowlevel.checkpoint_if_cancelled()
         while True:
             actor = await self._actor(session_id, start)
+            try:
+                actor.tx.send_nowait(item)
+                return actor
+            except trio.WouldBlock:
+                pass
+            except trio.BrokenResourceError:
+                continue  # it stopped before taking the message: not delivered
             # Counted from the lookup on, with no checkpoint in between, so
             # the actor cannot passivate under a message on its way.
             actor.senders += 1
@@ -274,7 +285,9 @@ class Hub:
         """Ask ``question`` in ``session_id`` (created with the hub's defaults if new).
 
         Returns once the Submit is in the session's mailbox (waiting while the
-        mailbox is full); the turn goes on without the caller.
+        mailbox is full); the turn goes on without the caller. A cancel point;
+        a mailbox with room takes the Submit without a schedule point (the
+        wait for :meth:`TurnHandle.outcome` is one).
 
         Args:
             request_id: the caller's id for this question. Submitting the
