@@ -21,18 +21,19 @@ PUBLIC: dict[str, str] = {
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WIRE_TAGS "
         "CompletionIgnored DiscardReason Event EventCodec EventDecoder EventStore "
         "HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId SessionId "
-        "SessionStarted StoredEvent StreamStarted TurnCommitted TurnDiscarded "
-        "TurnRejected TurnSubmitted Usage Window"
+        "SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
+        "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
+        "TurnDiscarded TurnRejected TurnSubmitted Usage Window"
     ),
     "turnledger.sessions": (
-        "EVENT_TRANSITIONS TRANSITIONS Budget Cancel CharTokenEstimator ChatMessage "
-        "ChatRequest Committed CommittedResult Completed Completion Discarded "
-        "DiscardedResult Ending Endings Failed Failure History Hub HubStatistics Idle "
-        "InFlight Interrupt JsonChatEncoder Message Pending Plan Provider RejectedResult "
-        "RequestEncoder ResponseStarted Role SessionState Start StreamSink Streaming "
-        "Submit Timeout TokenEstimator Turn TurnHandle TurnResult build_messages decide "
-        "ending_of evolve initial_state is_in_flight open_hub plan replay "
-        "replay_sessions request_messages"
+        "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AwaitingTools Budget Cancel "
+        "CharTokenEstimator ChatMessage ChatRequest Committed CommittedResult Completed "
+        "Completion Discarded DiscardedResult Ending Endings Failed Failure History Hub "
+        "HubStatistics Idle InFlight Interrupt JsonChatEncoder Message Pending Plan "
+        "Provider RejectedResult RequestEncoder ResponseStarted Role SessionState Start "
+        "StreamSink Streaming Submit Timeout TokenEstimator ToolDone ToolResult ToolRound "
+        "Turn TurnHandle TurnResult build_messages decide ending_of evolve initial_state "
+        "is_in_flight open_hub plan replay replay_sessions request_messages"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.adapters.providers": (

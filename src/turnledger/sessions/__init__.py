@@ -35,10 +35,12 @@ Names that sound alike, by layer:
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ._history import Ending, Endings, History, Turn
+from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
 from ._machine import (
     EVENT_TRANSITIONS,
+    MAX_TOOL_RESULT_BYTES,
     TRANSITIONS,
+    AwaitingTools,
     Committed,
     Discarded,
     Idle,
@@ -65,6 +67,7 @@ from ._messages import (
     Start,
     Submit,
     Timeout,
+    ToolDone,
 )
 from ._ports import ChatRequest, Completion, Provider, StreamSink
 from ._projection import (
@@ -84,7 +87,9 @@ if _TYPE_CHECKING:
 
 __all__ = [
     "EVENT_TRANSITIONS",
+    "MAX_TOOL_RESULT_BYTES",
     "TRANSITIONS",
+    "AwaitingTools",
     "Budget",
     "Cancel",
     "CharTokenEstimator",
@@ -122,6 +127,9 @@ __all__ = [
     "Submit",
     "Timeout",
     "TokenEstimator",
+    "ToolDone",
+    "ToolResult",
+    "ToolRound",
     "Turn",
     "TurnHandle",
     "TurnResult",

@@ -11,7 +11,17 @@ from typing import Final, TypeAlias
 
 import attrs
 
-from ..events import DiscardReason, HistoryPolicy, Ledger, OnBusy, RequestId, Usage
+from ..events import (
+    DiscardReason,
+    HistoryPolicy,
+    Ledger,
+    OnBusy,
+    RequestId,
+    ToolCall,
+    ToolErrorPolicy,
+    ToolSpec,
+    Usage,
+)
 
 __all__ = [
     "Cancel",
@@ -24,6 +34,7 @@ __all__ = [
     "Start",
     "Submit",
     "Timeout",
+    "ToolDone",
     "safe_finish_reason",
 ]
 
@@ -51,6 +62,10 @@ class Start:
     model: str
     policy: HistoryPolicy = attrs.field(factory=Ledger)
     on_busy: OnBusy = "reject"
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=tuple)
+    tool_choice: str = "auto"
+    max_tool_rounds: int = 8
+    on_tool_error: ToolErrorPolicy = "report"
 
 
 @attrs.frozen
@@ -89,6 +104,8 @@ class ResponseStarted:
     """The provider accepted the request and the stream began."""
 
     request_id: RequestId
+    #: The round of the turn the request belongs to.
+    round: int = 0
 
 
 @attrs.frozen
@@ -99,6 +116,9 @@ class Completed:
     answer: str
     finish_reason: str | None
     usage: Usage | None = None
+    round: int = 0
+    #: Tool calls the model asked for (the round then continues with tools).
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
 
 
 @attrs.frozen
@@ -115,8 +135,21 @@ class Failed:
 
     request_id: RequestId
     failure: Failure
+    round: int = 0
+
+
+@attrs.frozen
+class ToolDone:
+    """A tool call of ``request_id`` finished: its result, or (``is_error``)
+    the error text the model is to see."""
+
+    request_id: RequestId
+    call_id: str
+    content: str
+    is_error: bool = False
+    duration_ms: int = 0
 
 
 Message: TypeAlias = (
-    Start | Submit | Cancel | Timeout | Interrupt | ResponseStarted | Completed | Failed
+    Start | Submit | Cancel | Timeout | Interrupt | ResponseStarted | Completed | Failed | ToolDone
 )
