@@ -31,9 +31,10 @@ PUBLIC: dict[str, str] = {
         "Completion Discarded DiscardedResult Ending Endings Failed Failure History Hub "
         "HubStatistics Idle InFlight Interrupt JsonChatEncoder Message Pending Plan "
         "Provider RejectedResult RequestEncoder ResponseStarted Role SessionState Start "
-        "StreamSink Streaming Submit Timeout TokenEstimator ToolDone ToolResult ToolRound "
-        "Turn TurnHandle TurnResult build_messages decide ending_of evolve initial_state "
-        "is_in_flight open_hub plan replay replay_sessions request_messages"
+        "StreamSink Streaming Submit Timeout TokenEstimator Tool ToolDone ToolError "
+        "ToolInvocation ToolResult ToolRound Turn TurnHandle TurnResult build_messages "
+        "decide ending_of evolve initial_state is_in_flight open_hub plan replay "
+        "replay_sessions request_messages"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.adapters.providers": (
@@ -51,9 +52,10 @@ PUBLIC: dict[str, str] = {
         "Abort Begin Chunk EventStoreContract Exchange Fail Finish Hang Hook InSequence "
         "LoopbackServer MemoryStore Pause Reply ReplyScript Responder Script "
         "ScriptedProvider Stall Step WritePause chat_responder echo_script error_reply "
-        "ollama_json_reply ollama_ndjson_lines ollama_stream_reply open_loopback_server "
-        "openai_error_event openai_json_reply openai_sse_chunks openai_stream_reply "
-        "sample_events sse_event"
+        "ollama_json_reply ollama_ndjson_lines ollama_stream_reply ollama_tool_call_lines "
+        "open_loopback_server openai_error_event openai_json_reply openai_sse_chunks "
+        "openai_stream_reply openai_tool_call_chunks sample_events sse_event "
+        "tool_call_reply"
     ),
 }
 

@@ -81,6 +81,7 @@ from ._projection import (
 from ._replay import replay_sessions
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, Role
 from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult
+from ._tools import Tool, ToolError, ToolInvocation
 
 if _TYPE_CHECKING:
     from ._runtime import Hub, HubStatistics, TurnHandle, open_hub
@@ -127,7 +128,10 @@ __all__ = [
     "Submit",
     "Timeout",
     "TokenEstimator",
+    "Tool",
     "ToolDone",
+    "ToolError",
+    "ToolInvocation",
     "ToolResult",
     "ToolRound",
     "Turn",

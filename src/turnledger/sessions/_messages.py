@@ -7,6 +7,7 @@ ignores a message whose id is not the request in flight.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final, TypeAlias
 
 import attrs
@@ -54,6 +55,14 @@ def safe_finish_reason(value: str | None) -> str:
     return value if _FINISH_TOKEN.fullmatch(value) else "other"
 
 
+def _specs(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
+    return tuple(value)
+
+
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class Start:
     """Create the session: fixes its system prompt, model and policies."""
@@ -62,7 +71,7 @@ class Start:
     model: str
     policy: HistoryPolicy = attrs.field(factory=Ledger)
     on_busy: OnBusy = "reject"
-    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=tuple)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_specs)
     tool_choice: str = "auto"
     max_tool_rounds: int = 8
     on_tool_error: ToolErrorPolicy = "report"
@@ -118,7 +127,7 @@ class Completed:
     usage: Usage | None = None
     round: int = 0
     #: Tool calls the model asked for (the round then continues with tools).
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
 
 
 @attrs.frozen
