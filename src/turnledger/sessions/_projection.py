@@ -177,7 +177,19 @@ def tools_tokens(estimator: TokenEstimator, tools: Sequence[ToolSpec]) -> int:
     """Estimated prompt tokens of the tool definitions (0 for none)."""
     if not tools:
         return 0
-    return estimator.message_tokens(ChatMessage("system", tool_definitions(tools)))
+    # A session sends the same tools with every request: estimated once.
+    key = (estimator.cache_key, tuple(tools))
+    tokens = _TOOLS_TOKENS.get(key)
+    if tokens is None:
+        if len(_TOOLS_TOKENS) >= 64:
+            _TOOLS_TOKENS.clear()
+        tokens = _TOOLS_TOKENS[key] = estimator.message_tokens(
+            ChatMessage("system", tool_definitions(tools))
+        )
+    return tokens
+
+
+_TOOLS_TOKENS: dict[object, int] = {}
 
 
 def plan(

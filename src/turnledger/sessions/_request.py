@@ -9,6 +9,7 @@ message encoded on its own.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeAlias
@@ -120,6 +121,19 @@ def tool_definitions(tools: Sequence[ToolSpec]) -> str:
     )
 
 
+def _tools_text(tool_format: str, tools: Sequence[ToolSpec], tool_choice: str) -> str:
+    out = f',"tools":{tool_definitions(tools)}'
+    if tool_format == "openai":
+        out += f',"tool_choice":{_dumps(tool_choice)}'
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _tools_size(tool_format: str, tools: tuple[ToolSpec, ...], tool_choice: str) -> int:
+    # A session sends the same tools with every request: measured once.
+    return len(_tools_text(tool_format, tools, tool_choice).encode())
+
+
 @attrs.frozen
 class JsonChatEncoder:
     """The body of an OpenAI-compatible ``/v1/chat/completions`` request
@@ -172,17 +186,13 @@ class JsonChatEncoder:
             + self._suffix.decode()
         )
         if tools:
-            body = body[:-1] + self._tools(tools, tool_choice) + "}"
+            body = body[:-1] + _tools_text(self.tool_format, tools, tool_choice) + "}"
         return body.encode()
 
-    def _tools(self, tools: Sequence[ToolSpec], tool_choice: str) -> str:
-        out = f',"tools":{tool_definitions(tools)}'
-        if self.tool_format == "openai":
-            out += f',"tool_choice":{_dumps(tool_choice)}'
-        return out
-
     def tools_size(self, tools: Sequence[ToolSpec], tool_choice: str = "auto") -> int:
-        return len(self._tools(tools, tool_choice).encode()) if tools else 0
+        if not tools:
+            return 0
+        return _tools_size(self.tool_format, tuple(tools), tool_choice)
 
     def _message(self, m: ChatMessage) -> str:
         out = f'{{"role":{_dumps(m.role)},"content":{_dumps(m.content)}'
