@@ -157,24 +157,26 @@ ROUND = (
 REQUEST = ChatRequest(RequestId("r"), "m", ROUND, TOOLS, "required", 1)
 
 
+async def over_http(protocol: str, stream: bool) -> tuple[Completion, Any, bytes]:
+    """One request with tools, answered with CALLS over real HTTP read byte
+    by byte: (the completion, the JSON body sent, the body the encoder makes)."""
+    reply: Reply = tool_call_reply(CALLS, protocol=protocol, stream=stream)
+    cls: Any = OpenAIChat if protocol == "openai" else OllamaChat
+    async with open_loopback_server(reply) as server:
+        url = server.openai_base_url if protocol == "openai" else server.base_url
+        kw = {"stream": stream, "read_size": 1, "timeout": httpx.Timeout(5.0)}
+        async with cls(base_url=url, trust_env=False, **kw) as p:
+            completion = await p.complete(REQUEST, Sink())
+        (ex,) = server.exchanges
+    assert ex.body == p.encoder.encode("m", ROUND, TOOLS, "required")
+    return completion, json.loads(ex.body), ex.body
+
+
 @pytest.mark.loopback
 @pytest.mark.parametrize("stream", [True, False])
 async def test_openai_over_http_sends_tools_and_reads_calls_byte_by_byte(stream: bool) -> None:
-    async with (
-        open_loopback_server(tool_call_reply(CALLS, stream=stream)) as server,
-        OpenAIChat(
-            base_url=server.openai_base_url,
-            stream=stream,
-            read_size=1,
-            timeout=httpx.Timeout(5.0),
-            trust_env=False,
-        ) as p,
-    ):
-        completion = await p.complete(REQUEST, Sink())
-        (ex,) = server.exchanges
+    completion, body, _ = await over_http("openai", stream)
     assert completion.tool_calls == CALLS
-    assert ex.body == p.encoder.encode("m", ROUND, TOOLS, "required")
-    body = json.loads(ex.body)
     assert body["tool_choice"] == "required"
     assert [t["function"]["name"] for t in body["tools"]] == ["clock", "calc"]
     assert body["messages"][1]["tool_calls"][1]["function"]["arguments"] == CALLS[1].arguments
@@ -184,26 +186,12 @@ async def test_openai_over_http_sends_tools_and_reads_calls_byte_by_byte(stream:
 @pytest.mark.loopback
 @pytest.mark.parametrize("stream", [True, False])
 async def test_ollama_over_http_sends_tools_and_reads_calls(stream: bool) -> None:
-    reply: Reply = tool_call_reply(CALLS, protocol="ollama", stream=stream)
-    async with (
-        open_loopback_server(reply) as server,
-        OllamaChat(
-            base_url=server.base_url,
-            stream=stream,
-            read_size=1,
-            timeout=httpx.Timeout(5.0),
-            trust_env=False,
-        ) as p,
-    ):
-        completion = await p.complete(REQUEST, Sink())
-        (ex,) = server.exchanges
+    completion, body, _ = await over_http("ollama", stream)
     assert [(c.name, c.arguments) for c in completion.tool_calls] == [
         (c.name, c.arguments) for c in CALLS
     ]
-    body = json.loads(ex.body)
     assert "tool_choice" not in body and len(body["tools"]) == 2
     assert body["messages"][1]["tool_calls"][1] == {
         "function": {"name": "calc", "arguments": json.loads(CALLS[1].arguments)}
     }
     assert body["messages"][3] == {"role": "tool", "content": "42", "tool_name": "calc"}
-    assert ex.body == p.encoder.encode("m", ROUND, TOOLS, "required")
