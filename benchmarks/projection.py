@@ -11,6 +11,11 @@ For each history size it reports the median time of:
   ``--naive-max`` turns: it is quadratic),
 and the ratio naive / warm measured in the same run. The budget is chosen so
 that about half of the history fits, which is the naive loop's bad case.
+
+A second table does the same with tool turns in the history (every third
+turn took one or two rounds of tool calls) and tool definitions in every
+request, and reports its warm time against the plain history's, measured in
+the same run.
 """
 
 from __future__ import annotations
@@ -23,19 +28,38 @@ from collections.abc import Callable
 
 sys.path.insert(0, "src")
 
-from turnledger.events import RequestId
-from turnledger.sessions import Budget, History, Turn, plan
+from turnledger.events import RequestId, ToolCall, ToolSpec
+from turnledger.sessions import Budget, History, ToolResult, ToolRound, Turn, plan
 from turnledger.sessions._projection import naive_plan
 
 SYSTEM = "你是一个简洁的助手。Answer briefly."
 
 
-def history(n: int) -> History:
+TOOLS = (
+    ToolSpec(
+        "lookup", "Look an order up.", '{"type":"object","properties":{"id":{"type":"string"}}}'
+    ),
+    ToolSpec("clock", "The time now."),
+)
+
+
+def _rounds(i: int) -> tuple[ToolRound, ...]:
+    if i % 3:
+        return ()
+    out = []
+    for r in range(1 + i % 2):
+        calls = (ToolCall(f"c{i}-{r}", "lookup", f'{{"id":"{1000 + i}"}}'),)
+        results = (ToolResult(f"c{i}-{r}", f'{{"status":"shipped","eta":"day {i % 30}"}}'),)
+        out.append(ToolRound(calls, "", results))
+    return tuple(out)
+
+
+def history(n: int, tools: bool = False) -> History:
     h = History()
     for i in range(n):
         q = f"问题 {i}: what about “item {i}”?\n🌱"
         a = f"回答 {i}: " + "lorem ipsum dolor sit amet " * (1 + i % 5)
-        h = h.append(Turn(RequestId(f"r{i}"), q, a))
+        h = h.append(Turn(RequestId(f"r{i}"), q, a, _rounds(i) if tools else ()))
     return h
 
 
@@ -48,31 +72,36 @@ def median_time(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def row(n: int, repeat: int, naive_max: int) -> None:
+def row(n: int, repeat: int, naive_max: int, tools: bool = False) -> float:
     q = "现在呢？"
-    h = history(n)
-    full = plan("m", SYSTEM, h, 0, q, Budget(None)).request_bytes
+    h = history(n, tools)
+    specs = TOOLS if tools else ()
+    full = plan("m", SYSTEM, h, 0, q, Budget(None), specs).request_bytes
     budget = Budget(full // 2)
     # cold: a fresh copy of the history has no cached sizes
     cold = median_time(
-        lambda: plan("m", SYSTEM, History(list(h)), 0, q, budget), max(3, repeat // 3)
+        lambda: plan("m", SYSTEM, History(list(h)), 0, q, budget, specs), max(3, repeat // 3)
     )
-    plan("m", SYSTEM, h, 0, q, budget)  # warm the cache
-    warm = median_time(lambda: plan("m", SYSTEM, h, 0, q, budget), repeat * 20)
-    fast = plan("m", SYSTEM, h, 0, q, budget)
+    plan("m", SYSTEM, h, 0, q, budget, specs)  # warm the cache
+    warm = median_time(lambda: plan("m", SYSTEM, h, 0, q, budget, specs), repeat * 20)
+    fast = plan("m", SYSTEM, h, 0, q, budget, specs)
     if n <= naive_max:
-        naive = median_time(lambda: naive_plan("m", SYSTEM, h, 0, q, budget), max(3, repeat // 5))
-        assert naive_plan("m", SYSTEM, h, 0, q, budget) == fast
+        naive = median_time(
+            lambda: naive_plan("m", SYSTEM, h, 0, q, budget, specs), max(3, repeat // 5)
+        )
+        assert naive_plan("m", SYSTEM, h, 0, q, budget, specs) == fast
         naive_s = f"{naive * 1e6:12.0f}"
         ratio = f"{naive / warm:10.0f}x"
     else:
         naive_s, ratio = f"{'(skipped)':>12}", f"{'-':>11}"
     print(f"{n:>7} {cold * 1e6:10.1f} {warm * 1e6:10.2f} {naive_s} {ratio}")
     if n == 10_000:
+        kind = "with tool turns" if tools else "plain"
         print(
-            f"\n10,000 turns, warm caches: {warm * 1e6:.1f} µs per projection "
+            f"\n10,000 turns ({kind}), warm caches: {warm * 1e6:.1f} µs per projection "
             f"({fast.turns_sent} turns sent, {fast.request_bytes} bytes)"
         )
+    return warm
 
 
 def main() -> None:
@@ -81,10 +110,17 @@ def main() -> None:
     parser.add_argument("--naive-max", type=int, default=1000)
     args = parser.parse_args()
 
-    print(f"{'turns':>7} {'cold µs':>10} {'warm µs':>10} {'naive µs':>12} {'naive/warm':>11}")
-    for n in (10, 100, 300, 1_000, 10_000):
-        row(n, args.repeat, args.naive_max)
+    header = f"{'turns':>7} {'cold µs':>10} {'warm µs':>10} {'naive µs':>12} {'naive/warm':>11}"
+    warm: dict[bool, float] = {}
+    for tools in (False, True):
+        print("\nwith tool turns (every third turn) and tool definitions" if tools else "plain")
+        print(header)
+        for n in (10, 100, 300, 1_000, 10_000):
+            warm[tools] = row(n, args.repeat, args.naive_max, tools)
     print(f"naive loop timed up to {args.naive_max} turns (it is quadratic in the history size)")
+    print(
+        f"10,000 turns, warm: tool-turn history / plain history = {warm[True] / warm[False]:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -26,13 +26,18 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def sessions_of(db: Path) -> list[str]:
+    """The demo's main session (its tool turns have a session of their own)."""
     r = tl("sessions", str(db), "--json", cwd=db.parent)
-    return [json.loads(line)["session_id"] for line in r.stdout.splitlines()]
+    found = [json.loads(line)["session_id"] for line in r.stdout.splitlines()]
+    assert len(found) == 2 and sum(s.endswith("-tools") for s in found) == 1
+    return [s for s in found if not s.endswith("-tools")]
 
 
 def test_export_json_is_replay_plus_times_and_usage(demo_db: Path) -> None:
     (sid,) = sessions_of(demo_db)
-    replayed = json.loads(tl("replay", str(demo_db), "--json", cwd=demo_db.parent).stdout)
+    replayed = json.loads(
+        tl("replay", str(demo_db), "--json", "-s", sid, cwd=demo_db.parent).stdout
+    )
     r = tl("export", str(demo_db), "--session", sid, "--format", "json", cwd=demo_db.parent)
     assert r.returncode == 0, r.stderr
     exported = json.loads(r.stdout)
@@ -54,7 +59,9 @@ def test_export_json_is_replay_plus_times_and_usage(demo_db: Path) -> None:
 
 def test_export_markdown_names_every_committed_turn_in_order(demo_db: Path) -> None:
     (sid,) = sessions_of(demo_db)
-    replayed = json.loads(tl("replay", str(demo_db), "--json", cwd=demo_db.parent).stdout)
+    replayed = json.loads(
+        tl("replay", str(demo_db), "--json", "-s", sid, cwd=demo_db.parent).stdout
+    )
     r = tl("export", str(demo_db), "-s", sid, cwd=demo_db.parent)
     assert r.returncode == 0, r.stderr
     md = r.stdout

@@ -31,6 +31,9 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path) -> None:
         "reason=incomplete_finish: finish_reason=length",
         "recorded as completion_ignored",
         "replayed history matches the live session (2 turns)",
+        'tool calculator({"expression":"6*7"}) → {"value":42.0}',
+        "history unchanged, no call without its result: yes",
+        "replayed tool session matches the live one (1 turn)",
     ):
         assert expected in out, expected
     # the error body never reaches the transcript, the logs or the log file
@@ -40,15 +43,28 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path) -> None:
     log = tl("log", str(db), "--json", cwd=tmp_path)
     rows = [json.loads(line) for line in log.stdout.splitlines()]
     tags = [row["tag"] for row in rows]
-    assert tags.count("turn_committed") == 2
+    assert tags.count("turn_committed") == 3  # the tool session's turn too
+    assert tags.count("tool_result_recorded") == 2 and "tool_round_submitted" in tags
     assert "completion_ignored" in tags
     late = next(row for row in rows if row["tag"] == "completion_ignored")
     assert late["late_by"] > 0.3
     reasons = {row["reason"] for row in rows if row["tag"] == "turn_discarded"}
     assert reasons == {"timeout", "cancelled", "http_status", "incomplete_finish"}
     replay = tl("replay", str(db), "--json", cwd=tmp_path)
-    (session,) = [json.loads(line) for line in replay.stdout.splitlines()]
+    session, tools = sorted(
+        (json.loads(line) for line in replay.stdout.splitlines()), key=lambda s: s["session_id"]
+    )
     assert len(session["turns"]) == 2
+    (turn,) = tools["turns"]
+    assert [c["name"] for c in turn["rounds"][0]["calls"]] == ["calculator", "clock"]
+    # `log` shows tool names, call ids and sizes, never arguments or results...
+    text = tl("log", str(db), "-s", tools["session_id"], cwd=tmp_path).stdout
+    assert "calculator call_1" in text and "ms" in text
+    assert "expression" not in text and "value" not in text
+    # ...unless asked; `replay` prints the tool messages
+    assert "expression" in tl("log", str(db), "--text", cwd=tmp_path).stdout
+    shown = tl("replay", str(db), "-s", tools["session_id"], cwd=tmp_path).stdout
+    assert "assistant calls: calculator(" in shown and "tool [call_2]:" in shown
 
 
 def test_the_closing_hint_runs_as_printed_in_an_unactivated_venv(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ from turnledger.events import (
     CompletionIgnored,
     SessionStarted,
     StreamStarted,
+    ToolCall,
+    ToolSpec,
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
@@ -22,6 +24,7 @@ from turnledger.events import (
 from turnledger.sessions import (
     EVENT_TRANSITIONS,
     TRANSITIONS,
+    AwaitingTools,
     Cancel,
     Committed,
     Completed,
@@ -38,6 +41,7 @@ from turnledger.sessions import (
     Streaming,
     Submit,
     Timeout,
+    ToolDone,
     decide,
     ending_of,
     evolve,
@@ -48,36 +52,83 @@ from ._given import Session, given, rid
 
 CURRENT = rid("cur")
 STALE = rid("old")
+TOOLS = Start("be brief", "test-model", tools=(ToolSpec("clock"), ToolSpec("calc")))
+CALLS = (ToolCall("c1", "clock", "{}"), ToolCall("c2", "calc", '{"x":1}'))
 
 
 def _states() -> dict[str, Session]:
     """One session in every phase; the in-flight request is CURRENT, and
-    STALE is a request the session already finished."""
-    done = given(Submit(STALE, "first?"), Completed(STALE, "first!", "stop"))
+    STALE is a request the session already finished. Every session has tools;
+    the ``round1`` ones are in their turn's second round."""
+    done = given(Submit(STALE, "first?"), Completed(STALE, "first!", "stop"), start=TOOLS)
     pending = given(
-        Submit(STALE, "first?"), Completed(STALE, "first!", "stop"), Submit(CURRENT, "second?")
+        Submit(STALE, "first?"),
+        Completed(STALE, "first!", "stop"),
+        Submit(CURRENT, "second?"),
+        start=TOOLS,
     )
     streaming = given(
         Submit(STALE, "first?"),
         Completed(STALE, "first!", "stop"),
         Submit(CURRENT, "second?"),
         ResponseStarted(CURRENT),
+        start=TOOLS,
     )
-    discarded = given(Submit(STALE, "first?"), Cancel())
+    awaiting = given(
+        Submit(CURRENT, "q"),
+        Completed(CURRENT, "", "tool_calls", tool_calls=CALLS),
+        start=TOOLS,
+    )
+    half = given(
+        Submit(CURRENT, "q"),
+        Completed(CURRENT, "", "tool_calls", tool_calls=CALLS),
+        ToolDone(CURRENT, "c2", "2"),
+        start=TOOLS,
+    )
+    round1 = given(
+        Submit(CURRENT, "q"),
+        Completed(CURRENT, "", "tool_calls", tool_calls=CALLS),
+        ToolDone(CURRENT, "c1", "12:00"),
+        ToolDone(CURRENT, "c2", "2", is_error=True),
+        start=TOOLS,
+    )
+    discarded = given(Submit(STALE, "first?"), Cancel(), start=TOOLS)
     return {
         "unstarted": Session(),
-        "idle": given(),
+        "idle": given(start=TOOLS),
         "pending": pending,
         "streaming": streaming,
+        "awaiting": awaiting,
+        "awaiting-half": half,
+        "pending-round1": round1,
+        "streaming-round1": given_more(round1, ResponseStarted(CURRENT, 1)),
         "committed": done,
         "discarded": discarded,
     }
+
+
+def given_more(session: Session, *messages: Message) -> Session:
+    out = Session(state=session.state, log=list(session.log), budget=session.budget)
+    for m in messages:
+        out.when(m)
+    return out
 
 
 def _messages(request_id: str) -> list[Message]:
     r = rid(request_id)
     return [
         Start("s", "m"),
+        ToolDone(r, "c1", "a result"),
+        ToolDone(r, "c2", "an error", is_error=True),
+        ToolDone(r, "c9", "no such call"),
+        ResponseStarted(r, 1),
+        Completed(r, "", "tool_calls", tool_calls=CALLS),
+        Completed(r, "", "tool_calls", round=1, tool_calls=CALLS),
+        Completed(r, "", "tool_calls", tool_calls=(ToolCall("c1", "nope", "{}"),)),
+        Completed(r, "", "tool_calls", tool_calls=(ToolCall("c1", "clock", "[1]"),)),
+        Completed(r, "", "tool_calls", tool_calls=(CALLS[0], CALLS[0])),
+        Completed(r, "round one's answer", "stop", round=1),
+        Failed(r, Failure("transport", "reset"), round=1),
         Submit(rid("new"), "a new question"),
         Submit(r, "a repeated request id"),
         Cancel(),
@@ -117,8 +168,18 @@ def test_every_pair_matches_the_table(name: str, message: Message) -> None:
 
 
 def test_table_covers_every_state_and_message() -> None:
-    states = {Idle, Pending, Streaming, Committed, Discarded}
-    messages = {Start, Submit, Cancel, Timeout, Interrupt, ResponseStarted, Completed, Failed}
+    states = {Idle, Pending, Streaming, AwaitingTools, Committed, Discarded}
+    messages = {
+        Start,
+        Submit,
+        Cancel,
+        Timeout,
+        Interrupt,
+        ResponseStarted,
+        Completed,
+        Failed,
+        ToolDone,
+    }
     assert set(TRANSITIONS) == states
     assert set(EVENT_TRANSITIONS) == states
     for state in states - {Idle}:
@@ -285,9 +346,12 @@ def test_state_diagram_is_drawn_from_the_table() -> None:
 
 
 def test_pairs_are_exhaustive() -> None:
-    # 6 sessions x 36 messages: the parametrized test above walks all of them.
+    # 10 sessions (every phase, tool rounds included) x 69 messages: the
+    # parametrized test above walks all of them.
     assert len(CASES) == len(_states()) * 3 * len(_messages("x"))
-    assert len(list(itertools.product(TRANSITIONS, TRANSITIONS[Pending]))) == 35
+    assert len(list(itertools.product(TRANSITIONS, TRANSITIONS[Pending]))) == 48
+    phases = {type(s.state) for s in _states().values()}
+    assert phases == set(TRANSITIONS) | {Idle}
 
 
 def test_text_that_cannot_be_utf8_never_enters_a_session() -> None:

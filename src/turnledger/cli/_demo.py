@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime as dt
+import operator
 import os
 import shlex
 import sys
@@ -13,7 +15,7 @@ import trio
 
 from ..adapters.providers import OpenAIChat
 from ..adapters.stores import store_kind
-from ..events import DEFAULT_CODEC, EventStore, TurnSubmitted
+from ..events import DEFAULT_CODEC, EventStore, ToolCall, TurnSubmitted
 from ..sessions import (
     ChatRequest,
     CommittedResult,
@@ -22,6 +24,9 @@ from ..sessions import (
     Hub,
     Provider,
     StreamSink,
+    Tool,
+    ToolError,
+    ToolInvocation,
     Turn,
     TurnHandle,
     TurnResult,
@@ -90,6 +95,7 @@ async def _run_demo(args: argparse.Namespace) -> int:
                 demo = _Demo(out, server, store, provider, session)
                 ok = await demo.scenes()
                 ok &= await demo.late_completion()
+                ok &= await demo.tool_scenes()
     finally:
         await store.aclose()
 
@@ -104,18 +110,87 @@ async def _run_demo(args: argparse.Namespace) -> int:
     state = replay(events)
     match = tuple(state.turns) == demo.live_history
     out(f"  {len(events)} events in {display_db(db)}")
-    for i, t in enumerate(state.turns, 1):
-        out(f"  [{i}] user: {t.question}")
-        out(f"      assistant: {t.answer}")
+    _print_turns(out, state.turns)
     verdict = "matches" if match else "DOES NOT match"
     out(f"  replayed history {verdict} the live session ({len(state.turns)} turns)")
+    again = await open_to_write(db)
+    try:
+        tool_state = replay(await again.read_decoded(demo.tool_session, DEFAULT_CODEC))
+    finally:
+        await again.aclose()
+    _print_turns(out, tool_state.turns)
+    tools_match = tuple(tool_state.turns) == demo.tool_history
+    verdict = "matches" if tools_match else "DOES NOT match"
+    out(f"  replayed tool session {verdict} the live one ({len(tool_state.turns)} turn)")
+    match &= tools_match
     out()
     log = f"{command_name()} log {shlex.quote(display_db(db))} --session {session}"
+    out(f"The tool turns' story:  {log}-tools")
     out(f"See the whole story:  {log}")
     return EXIT_OK if ok and match else EXIT_FAILED
 
 
+def _print_turns(out: Out, turns: Any) -> None:
+    for i, t in enumerate(turns, 1):
+        out(f"  [{i}] user: {t.question}")
+        for r in t.rounds:
+            for c in r.calls:
+                out(f"      assistant calls {c.name}({c.arguments}) [{c.call_id}]")
+            results = {res.call_id: res for res in r.results}
+            for c in r.calls:
+                out(f"      tool [{c.call_id}]: {results[c.call_id].content}")
+        out(f"      assistant: {t.answer}")
+
+
 _SYSTEM = "You are the turnledger demo assistant. Answer in one or two sentences."
+
+_OPS: dict[type, Any] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+}
+
+
+def _arith(node: ast.AST) -> float:
+    if isinstance(node, ast.Expression):
+        return _arith(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        if isinstance(node.value, bool):
+            raise ToolError("only numbers and + - * / are allowed")
+        return float(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return float(_OPS[type(node.op)](_arith(node.left), _arith(node.right)))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+        return float(_OPS[type(node.op)](_arith(node.operand)))
+    raise ToolError("only numbers and + - * / are allowed")
+
+
+async def calculator(call: ToolInvocation) -> dict[str, float]:
+    """The demo's built-in calculator: ``{"expression": "6*7"}``."""
+    expression = str(call.arguments.get("expression", ""))
+    if len(expression) > 200:
+        raise ToolError("the expression is too long")
+    try:
+        tree = ast.parse(expression, mode="eval")
+        return {"value": _arith(tree)}
+    except (SyntaxError, ZeroDivisionError) as exc:
+        raise ToolError(f"cannot evaluate: {type(exc).__name__}") from None
+
+
+async def clock(call: ToolInvocation) -> str:
+    """The demo's built-in clock: the UTC time now."""
+    return dt.datetime.now(dt.UTC).strftime("%H:%M UTC")
+
+
+_CALC = Tool(
+    "calculator",
+    calculator,
+    "Evaluate an arithmetic expression (numbers and + - * /).",
+    {"type": "object", "properties": {"expression": {"type": "string"}}},
+)
+_CLOCK = Tool("clock", clock, "The current time (UTC).")
 
 
 class _Demo:
@@ -128,6 +203,8 @@ class _Demo:
         self.provider = provider
         self.session = session
         self.live_history: tuple[Turn, ...] = ()
+        self.tool_session = session + "-tools"
+        self.tool_history: tuple[Turn, ...] = ()
 
     @staticmethod
     def slow(text: str, *, pause: float = 0.03, finish: str | None = "stop") -> Reply:
@@ -274,6 +351,62 @@ class _Demo:
         )
         return isinstance(result, DiscardedResult) and result.reason == "timeout" and same
 
+    async def tool_scenes(self) -> bool:
+        from ..testing import tool_call_reply
+
+        out = self.out
+        looking = trio.Event()
+
+        async def lookup(call: ToolInvocation) -> str:
+            looking.set()
+            await trio.sleep(30)  # a slow lookup: cancelled long before
+            return "found"
+
+        tools = [_CALC, _CLOCK, Tool("lookup", lookup, "Look an order up (slow).")]
+        async with open_hub(
+            self.store, self.provider, model="demo-model", system=_SYSTEM, tools=tools
+        ) as hub:
+            session = self.tool_session
+            question = "What is 6*7, and what time is it?"
+            calls = (
+                ToolCall("call_1", "calculator", '{"expression":"6*7"}'),
+                ToolCall("call_2", "clock", "{}"),
+            )
+            self.server.enqueue(tool_call_reply(calls, chunk_size=2))
+            self.server.enqueue(self.slow("6*7 is 42, and the clock tool says it is now."))
+            out()
+            out("── 8. A tool turn: two calls run in parallel, then the answer; all commit at once")
+            out(f"  user: {question}")
+            handle = await hub.submit(session, question)
+            await _stream_turn(out, handle)
+            result = await handle.outcome()
+            turn = (await hub.history(session))[-1]
+            for c in turn.rounds[0].calls:
+                res = next(r for r in turn.rounds[0].results if r.call_id == c.call_id)
+                out(f"  tool {c.name}({c.arguments}) → {res.content}")
+            out(f"  outcome: {describe(result)}")
+            out("  history: 1 turn = question, 1 call message, 2 results, answer")
+            ok = isinstance(result, CommittedResult) and len(turn.rounds) == 1
+
+            before = await hub.history(session)
+            self.server.enqueue(tool_call_reply((ToolCall("call_3", "lookup", "{}"),)))
+            out()
+            out("── 9. Cancelled while a tool runs: the call and its turn are dropped whole")
+            question = "Where is my order 1042?"
+            out(f"  user: {question}")
+            handle = await hub.submit(session, question)
+            with trio.fail_after(5):
+                await looking.wait()
+            out("  tool lookup running… cancel ✂")
+            await handle.cancel()
+            result = await handle.outcome()
+            out(f"  outcome: {describe(result)}")
+            same = await hub.history(session) == before
+            out(f"  history unchanged, no call without its result: {'yes' if same else 'NO'}")
+            ok &= isinstance(result, DiscardedResult) and result.reason == "cancelled" and same
+            self.tool_history = await hub.history(session)
+        return ok
+
     async def _wait_ignored(self, request_id: str) -> float | None:
         with trio.move_on_after(5):
             while True:
@@ -297,7 +430,8 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="run a scripted conversation against a built-in loopback server",
         description="No network and no API key: a loopback server on 127.0.0.1 plays "
         "a committed turn, a trim then a timeout, a cancel mid-stream, an HTTP 429, "
-        "a length finish and a late completion; then the log is replayed from disk.",
+        "a length finish, a late completion, a tool turn and a turn cancelled mid-tool; "
+        "then the log is replayed from disk.",
         epilog="examples:\n  turnledger demo\n  turnledger demo --db demo.jsonl   "
         "(a JSON-lines journal you can read with jq)",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -9,9 +9,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from ..adapters.stores import PostgresStore, SessionLease
 from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
-from ..sessions import SessionState, replay
+from ..sessions import SessionState, Turn, replay
 from ._args import at_least, text_arg
 from ._display import fmt_time, print_json, visible
 from ._errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit
@@ -93,10 +95,7 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
     finally:
         await store.aclose()
     for sid, state in found.items():
-        turns = [
-            {"request_id": t.request_id, "question": t.question, "answer": t.answer}
-            for t in state.turns
-        ]
+        turns = [_turn_json(t) for t in state.turns]
         if args.json:
             print_json(
                 {
@@ -115,6 +114,14 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
         )
         for i, t in enumerate(turns, 1):
             print(f"  [{i}] user: {visible(t['question'], lines=True)}")
+            for r in t.get("rounds", ()):
+                for c in r["calls"]:
+                    call = f"{c['name']}({c['arguments']}) [{c['call_id']}]"
+                    print(f"      assistant calls: {visible(call, lines=True)}")
+                for res in r["results"]:
+                    tag = "tool error" if res["is_error"] else "tool"
+                    text = visible(res["content"], lines=True)
+                    print(f"      {tag} [{visible(res['call_id'])}]: {text}")
             print(f"      assistant: {visible(t['answer'], lines=True)}")
     return EXIT_OK
 
@@ -143,6 +150,26 @@ async def _write_html(args: argparse.Namespace) -> int:
         raise Exit(EXIT_FAILED, f"cannot write {args.html}: {exc.strerror}") from None
     print(f"wrote {visible(args.html)}", file=sys.stderr)
     return EXIT_OK
+
+
+def _turn_json(t: Turn) -> dict[str, Any]:
+    out: dict[str, Any] = {"request_id": t.request_id, "question": t.question, "answer": t.answer}
+    if t.rounds:
+        out["rounds"] = [
+            {
+                "content": r.content,
+                "calls": [attrs.asdict(c) for c in r.calls],
+                # in the order of the calls, as the model gets them
+                "results": [
+                    attrs.asdict(res)
+                    for c in r.calls
+                    for res in r.results
+                    if res.call_id == c.call_id
+                ],
+            }
+            for r in t.rounds
+        ]
+    return out
 
 
 async def _cmd_log(args: argparse.Namespace) -> int:

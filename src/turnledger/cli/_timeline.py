@@ -17,6 +17,9 @@ from ..events import (
     CompletionIgnored,
     Event,
     StoredEvent,
+    ToolCallsRequested,
+    ToolResultRecorded,
+    ToolRoundSubmitted,
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
@@ -96,6 +99,23 @@ def _reason(event: Event) -> tuple[str, str]:
             f"{event.turns_sent} turns sent, {event.turns_dropped} dropped, "
             f"{event.request_bytes} bytes"
         )
+    return _tool_reason(event)
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "replace"))
+
+
+def _tool_reason(event: Event) -> tuple[str, str]:
+    # Tool names, call ids, sizes and durations; never arguments or results.
+    if isinstance(event, ToolCallsRequested):
+        calls = ", ".join(f"{c.name} {c.call_id} {_size(c.arguments)} B" for c in event.calls)
+        return "", f"round {event.round}: {calls}"
+    if isinstance(event, ToolResultRecorded):
+        outcome = "error" if event.is_error else "ok"
+        return outcome, f"{event.call_id} {_size(event.content)} B, {event.duration_ms} ms"
+    if isinstance(event, ToolRoundSubmitted):
+        return "", f"round {event.round}, {event.request_bytes} bytes"
     return "", ""
 
 
@@ -104,6 +124,10 @@ def _text(event: Event) -> str:
         return event.question
     if isinstance(event, TurnCommitted):
         return event.answer
+    if isinstance(event, ToolCallsRequested):
+        return "; ".join(f"{c.name}({c.arguments})" for c in event.calls)
+    if isinstance(event, ToolResultRecorded):
+        return event.content
     return ""
 
 

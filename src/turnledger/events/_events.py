@@ -6,6 +6,9 @@ subclassed: the codec dispatches on the exact type.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterable
 from typing import Final, Literal, NewType, TypeAlias, get_args
 
 import attrs
@@ -24,6 +27,12 @@ __all__ = [
     "SessionId",
     "SessionStarted",
     "StreamStarted",
+    "ToolCall",
+    "ToolCallsRequested",
+    "ToolErrorPolicy",
+    "ToolResultRecorded",
+    "ToolRoundSubmitted",
+    "ToolSpec",
     "TurnCommitted",
     "TurnDiscarded",
     "TurnRejected",
@@ -50,6 +59,7 @@ DiscardReason: TypeAlias = Literal[
     "provider_error",
     "limit",
     "conflict",
+    "tool_error",
 ]
 #: The closed set of reasons a turn can be discarded for.
 DISCARD_REASONS: Final[frozenset[str]] = frozenset(get_args(DiscardReason))
@@ -86,6 +96,42 @@ class Usage:
     total_tokens: int | None = None
 
 
+_TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _specs(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class ToolSpec:
+    """A tool the model may call: its name, what it does, and its arguments'
+    JSON Schema (as compact JSON text, sent as it is)."""
+
+    name: str = attrs.field()
+    description: str = ""
+    parameters: str = attrs.field(default='{"type":"object","properties":{}}')
+
+    @name.validator
+    def _check_name(self, _attr: object, value: str) -> None:
+        if not _TOOL_NAME.fullmatch(value):
+            raise ValueError("a tool name is 1-64 letters, digits, '_' or '-'")
+
+    @parameters.validator
+    def _check_parameters(self, _attr: object, value: str) -> None:
+        try:
+            schema = json.loads(value)
+        except ValueError:
+            schema = None
+        if not isinstance(schema, dict):
+            raise ValueError("a tool's parameters are a JSON Schema object, as JSON text")
+
+
+#: What a tool that raised does to its turn: ``report`` sends the error to the
+#: model as the call's result; ``stop`` discards the turn as ``tool_error``.
+ToolErrorPolicy: TypeAlias = Literal["report", "stop"]
+
+
 @attrs.frozen
 class SessionStarted:
     """First event of every session: fixes its system prompt, model and policies."""
@@ -95,6 +141,13 @@ class SessionStarted:
     policy: HistoryPolicy = attrs.field(factory=Ledger)
     #: What a Submit does while a turn is in flight.
     on_busy: OnBusy = "reject"
+    #: Tools sent with every request (none: a plain chat session).
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_specs)
+    #: ``auto``, ``required``, ``none`` (sent to servers that take it).
+    tool_choice: str = "auto"
+    #: Tool-call rounds a turn may take before it is discarded as ``limit``.
+    max_tool_rounds: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    on_tool_error: ToolErrorPolicy = "report"
 
 
 @attrs.frozen
@@ -149,6 +202,54 @@ class TurnDiscarded:
 
 
 @attrs.frozen
+class ToolCall:
+    """One call the model asked for: arguments are a JSON object, as compact text."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class ToolCallsRequested:
+    """A round of the turn in flight ended in tool calls (not history yet)."""
+
+    request_id: RequestId
+    #: The round, from 0 (the first request of the turn).
+    round: int
+    calls: tuple[ToolCall, ...] = attrs.field(converter=_calls)
+    #: Text the model sent along with its calls (often empty).
+    content: str = ""
+    usage: Usage | None = None
+
+
+@attrs.frozen
+class ToolResultRecorded:
+    """A tool call of the turn in flight got its result (or its error, as text
+    the model sees)."""
+
+    request_id: RequestId
+    call_id: str
+    content: str
+    is_error: bool = False
+    duration_ms: int = 0
+
+
+@attrs.frozen
+class ToolRoundSubmitted:
+    """Every call of a round has its result: the next round's request goes out."""
+
+    request_id: RequestId
+    round: int
+    #: Exact UTF-8 size of that request's body.
+    request_bytes: int
+
+
+@attrs.frozen
 class CompletionIgnored:
     """A result arrived for a request the session had already left."""
 
@@ -165,4 +266,7 @@ Event: TypeAlias = (
     | TurnCommitted
     | TurnDiscarded
     | CompletionIgnored
+    | ToolCallsRequested
+    | ToolResultRecorded
+    | ToolRoundSubmitted
 )

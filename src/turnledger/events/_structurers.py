@@ -48,6 +48,8 @@ def _invalid(tp: Any, var: str, env: dict[str, Any]) -> str:
         return f"type({var}) is not str"
     if tp is int:
         return f"type({var}) is not int"
+    if tp is bool:
+        return f"type({var}) is not bool"
     if origin is Literal:
         name = f"_allowed_{len(env)}"
         env[name] = frozenset(get_args(tp))
@@ -84,6 +86,8 @@ def structurer(cls: type[Any]) -> Structurer:
             raise TypeError(f.name)  # not a positional argument of __init__
         var = f"v{k}"
         tp = hints[f.name]
+        if get_origin(tp) is tuple:
+            raise TypeError(tp)  # a sequence of objects: the cattrs path
         nested = [a for a in (tp, *get_args(tp)) if attrs.has(a)]
         if len(nested) > 1:
             raise TypeError(tp)  # a tagged union: the cattrs path knows the tags

@@ -28,6 +28,9 @@ from ._events import (
     Ledger,
     SessionStarted,
     StreamStarted,
+    ToolCallsRequested,
+    ToolResultRecorded,
+    ToolRoundSubmitted,
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
@@ -61,18 +64,24 @@ WIRE_TAGS: Final[Mapping[type[Any], str]] = {
     TurnCommitted: "turn_committed",
     TurnDiscarded: "turn_discarded",
     CompletionIgnored: "completion_ignored",
+    ToolCallsRequested: "tool_calls_requested",
+    ToolResultRecorded: "tool_result_recorded",
+    ToolRoundSubmitted: "tool_round_submitted",
 }
 _CLASSES: Final[Mapping[str, type[Any]]] = {tag: cls for cls, tag in WIRE_TAGS.items()}
 
 #: Current schema version of each tag's payload.
 SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
-    "session_started": 2,
+    "session_started": 3,
     "turn_submitted": 1,
     "turn_rejected": 1,
     "stream_started": 1,
     "turn_committed": 1,
     "turn_discarded": 2,
     "completion_ignored": 1,
+    "tool_calls_requested": 1,
+    "tool_result_recorded": 1,
+    "tool_round_submitted": 1,
 }
 
 _POLICY_TAGS: Final[Mapping[type[Any], str]] = {Ledger: "ledger", Window: "window"}
@@ -93,6 +102,17 @@ def _session_started_v1_to_v2(payload: Payload) -> Payload:
     return out
 
 
+def _session_started_v2_to_v3(payload: Payload) -> Payload:
+    # v2 had no tools: a plain chat session.
+    return {
+        **payload,
+        "tools": [],
+        "tool_choice": "auto",
+        "max_tool_rounds": 8,
+        "on_tool_error": "report",
+    }
+
+
 def _turn_discarded_v1_to_v2(payload: Payload) -> Payload:
     # v1 did not record how much preview the caller had seen.
     return {**payload, "preview_chars": 0}
@@ -101,6 +121,7 @@ def _turn_discarded_v1_to_v2(payload: Payload) -> Payload:
 #: The upcasters of this release: ``(tag, from_version) -> step to from_version + 1``.
 UPCASTERS: Final[Mapping[tuple[str, int], Upcaster]] = {
     ("session_started", 1): _session_started_v1_to_v2,
+    ("session_started", 2): _session_started_v2_to_v3,
     ("turn_discarded", 1): _turn_discarded_v1_to_v2,
 }
 

@@ -35,10 +35,12 @@ Names that sound alike, by layer:
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ._history import Ending, Endings, History, Turn
+from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
 from ._machine import (
     EVENT_TRANSITIONS,
+    MAX_TOOL_RESULT_BYTES,
     TRANSITIONS,
+    AwaitingTools,
     Committed,
     Discarded,
     Idle,
@@ -65,6 +67,7 @@ from ._messages import (
     Start,
     Submit,
     Timeout,
+    ToolDone,
 )
 from ._ports import ChatRequest, Completion, Provider, StreamSink
 from ._projection import (
@@ -78,13 +81,16 @@ from ._projection import (
 from ._replay import replay_sessions
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, Role
 from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult
+from ._tools import Tool, ToolError, ToolInvocation
 
 if _TYPE_CHECKING:
     from ._runtime import Hub, HubStatistics, TurnHandle, open_hub
 
 __all__ = [
     "EVENT_TRANSITIONS",
+    "MAX_TOOL_RESULT_BYTES",
     "TRANSITIONS",
+    "AwaitingTools",
     "Budget",
     "Cancel",
     "CharTokenEstimator",
@@ -122,6 +128,12 @@ __all__ = [
     "Submit",
     "Timeout",
     "TokenEstimator",
+    "Tool",
+    "ToolDone",
+    "ToolError",
+    "ToolInvocation",
+    "ToolResult",
+    "ToolRound",
     "Turn",
     "TurnHandle",
     "TurnResult",

@@ -17,20 +17,50 @@ from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
-from ..events import RequestId
+from ..events import RequestId, ToolCall
 
-__all__ = ["Ending", "Endings", "History", "Turn"]
+__all__ = ["Ending", "Endings", "History", "ToolResult", "ToolRound", "Turn"]
 
 T = TypeVar("T")
 
 
 @attrs.frozen
+class ToolResult:
+    """The result of one tool call, as the model sees it."""
+
+    call_id: str
+    content: str
+    is_error: bool = False
+
+
+@attrs.frozen
+class ToolRound:
+    """One round of a tool turn: the assistant's calls and their results
+    (complete once every call has its result)."""
+
+    calls: tuple[ToolCall, ...]
+    content: str = ""
+    results: tuple[ToolResult, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return len(self.results) == len(self.calls)
+
+    def pending(self) -> tuple[str, ...]:
+        """Call ids still waiting for a result."""
+        done = {r.call_id for r in self.results}
+        return tuple(c.call_id for c in self.calls if c.call_id not in done)
+
+
+@attrs.frozen
 class Turn:
-    """One committed pair: the question and its accepted answer."""
+    """One committed turn: the question, its tool rounds (if any, every call
+    with its result) and its accepted answer."""
 
     request_id: RequestId
     question: str
     answer: str
+    rounds: tuple[ToolRound, ...] = ()
 
 
 class _Shared(Generic[T]):

@@ -26,6 +26,15 @@ last turn's outcome). ``Idle``, ``Committed`` and ``Discarded`` are at rest
 and accept the next Submit; none is terminal: a session lives as long as its
 log. ``Pending`` and ``Streaming`` are *in flight*.
 
+Tool rounds. A turn may take several rounds: a ``Completed`` with tool
+calls records them (``ToolCallsRequested``) and the turn waits in
+``AwaitingTools``; each ``ToolDone`` records a result; the last one submits
+the next round's request (``ToolRoundSubmitted``, back to ``Pending``). The
+rounds are part of the turn in flight, never history: ``TurnCommitted``
+makes the question, every round and the answer history at once, and
+``TurnDiscarded`` drops them all. A round's messages carry its number: a
+late completion of an earlier round is ignored like any stale completion.
+
 Request identity. Every message about a request carries its request id. A
 message for any id other than the one in flight changes nothing: a late
 ``Completed`` or ``Failed`` becomes :class:`CompletionIgnored` (so the race
@@ -51,6 +60,7 @@ and the generated diagram.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypeAlias
 
@@ -63,13 +73,17 @@ from ..events import (
     RequestId,
     SessionStarted,
     StreamStarted,
+    ToolCall,
+    ToolCallsRequested,
+    ToolResultRecorded,
+    ToolRoundSubmitted,
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
     TurnSubmitted,
     Window,
 )
-from ._history import Ending, Endings, History, Turn
+from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
 from ._messages import (
     Cancel,
     Completed,
@@ -80,14 +94,17 @@ from ._messages import (
     Start,
     Submit,
     Timeout,
+    ToolDone,
     safe_finish_reason,
 )
-from ._projection import Budget, build_messages, plan
+from ._projection import Budget, build_messages, plan, tools_tokens
 from ._request import ChatMessage
 
 __all__ = [
     "EVENT_TRANSITIONS",
+    "MAX_TOOL_RESULT_BYTES",
     "TRANSITIONS",
+    "AwaitingTools",
     "Committed",
     "Discarded",
     "Idle",
@@ -106,6 +123,8 @@ __all__ = [
 ]
 
 _DEFAULT_BUDGET: Final = Budget()
+#: A tool result larger than this (UTF-8) reaches the model as an error.
+MAX_TOOL_RESULT_BYTES: Final = 64 * 1024
 
 
 @attrs.frozen
@@ -117,6 +136,10 @@ class InFlight:
     turns_sent: int
     turns_dropped: int
     request_bytes: int
+    #: The round in flight (0: the turn's first request).
+    round: int = 0
+    #: The tool rounds so far; the last one may still wait for results.
+    rounds: tuple[ToolRound, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -160,6 +183,13 @@ class Streaming(_State):
 
 
 @attrs.frozen(kw_only=True)
+class AwaitingTools(_State):
+    """The model asked for tool calls; their results are being recorded."""
+
+    request: InFlight
+
+
+@attrs.frozen(kw_only=True)
 class Committed(_State):
     """The last turn committed."""
 
@@ -171,9 +201,9 @@ class Discarded(_State):
     reason: str
 
 
-SessionState: TypeAlias = Idle | Pending | Streaming | Committed | Discarded
+SessionState: TypeAlias = Idle | Pending | Streaming | AwaitingTools | Committed | Discarded
 _AT_REST: Final = (Idle, Committed, Discarded)
-_IN_FLIGHT: Final = (Pending, Streaming)
+_IN_FLIGHT: Final = (Pending, Streaming, AwaitingTools)
 _ALL: Final = (*_AT_REST, *_IN_FLIGHT)
 
 _MessageTable: TypeAlias = Mapping[
@@ -194,6 +224,7 @@ TRANSITIONS: Final[_MessageTable] = {
         ResponseStarted: frozenset({Idle}),
         Completed: frozenset({Idle}),
         Failed: frozenset({Idle}),
+        ToolDone: frozenset({Idle}),
     },
     **{
         rest: {
@@ -204,6 +235,7 @@ TRANSITIONS: Final[_MessageTable] = {
             ResponseStarted: frozenset({rest}),
             Completed: frozenset({rest}),
             Failed: frozenset({rest}),
+            ToolDone: frozenset({rest}),
         }
         for rest in (Committed, Discarded)
     },
@@ -213,8 +245,9 @@ TRANSITIONS: Final[_MessageTable] = {
         Timeout: frozenset({Pending, Discarded}),
         Interrupt: frozenset({Discarded}),
         ResponseStarted: frozenset({Pending, Streaming}),
-        Completed: frozenset({Pending, Committed, Discarded}),
+        Completed: frozenset({Pending, Committed, Discarded, AwaitingTools}),
         Failed: frozenset({Pending, Discarded}),
+        ToolDone: frozenset({Pending}),
     },
     Streaming: {
         Submit: frozenset({Streaming, Pending}),
@@ -222,8 +255,19 @@ TRANSITIONS: Final[_MessageTable] = {
         Timeout: frozenset({Streaming, Discarded}),
         Interrupt: frozenset({Discarded}),
         ResponseStarted: frozenset({Streaming}),
-        Completed: frozenset({Streaming, Committed, Discarded}),
+        Completed: frozenset({Streaming, Committed, Discarded, AwaitingTools}),
         Failed: frozenset({Streaming, Discarded}),
+        ToolDone: frozenset({Streaming}),
+    },
+    AwaitingTools: {
+        Submit: frozenset({AwaitingTools, Pending}),
+        Cancel: frozenset({AwaitingTools, Discarded}),
+        Timeout: frozenset({AwaitingTools, Discarded}),
+        Interrupt: frozenset({Discarded}),
+        ResponseStarted: frozenset({AwaitingTools}),
+        Completed: frozenset({AwaitingTools}),
+        Failed: frozenset({AwaitingTools}),
+        ToolDone: frozenset({AwaitingTools, Pending, Discarded}),
     },
 }
 
@@ -244,9 +288,18 @@ EVENT_TRANSITIONS: Final[_EventTable] = {
         TurnDiscarded: Discarded,
         TurnRejected: None,
         CompletionIgnored: None,
+        ToolCallsRequested: AwaitingTools,
     },
     Streaming: {
         TurnCommitted: Committed,
+        TurnDiscarded: Discarded,
+        TurnRejected: None,
+        CompletionIgnored: None,
+        ToolCallsRequested: AwaitingTools,
+    },
+    AwaitingTools: {
+        ToolResultRecorded: None,
+        ToolRoundSubmitted: Pending,
         TurnDiscarded: Discarded,
         TurnRejected: None,
         CompletionIgnored: None,
@@ -260,7 +313,7 @@ def initial_state() -> Idle:
 
 
 def is_in_flight(state: SessionState) -> bool:
-    """True in Pending and Streaming."""
+    """True in Pending, Streaming and AwaitingTools."""
     return isinstance(state, _IN_FLIGHT)
 
 
@@ -298,7 +351,23 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
         raise InvalidCommand("the session has already started")
     if not (_is_text(msg.system) and _is_text(msg.model)):
         raise InvalidCommand("the system prompt and the model must be valid Unicode text")
-    return (SessionStarted(msg.system, msg.model, msg.policy, msg.on_busy),)
+    try:
+        started = SessionStarted(
+            msg.system,
+            msg.model,
+            msg.policy,
+            msg.on_busy,
+            msg.tools,
+            msg.tool_choice,
+            msg.max_tool_rounds,
+            msg.on_tool_error,
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidCommand(f"invalid session settings: {exc}") from None
+    names = [t.name for t in msg.tools]
+    if len(set(names)) != len(names):
+        raise InvalidCommand("two tools have the same name")
+    return (started,)
 
 
 def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
@@ -316,7 +385,16 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
     superseding = current is not None and config.on_busy == "supersede"
     if current is not None and not superseding:
         return (TurnRejected(rid, "busy", f"request {current} is in flight"),)
-    p = plan(config.model, config.system, state.turns, state.context_start, msg.question, budget)
+    p = plan(
+        config.model,
+        config.system,
+        state.turns,
+        state.context_start,
+        msg.question,
+        budget,
+        config.tools,
+        config.tool_choice,
+    )
     if not p.fits:
         limit = budget.max_request_bytes
         if limit is not None and p.mandatory_bytes > limit:
@@ -359,9 +437,56 @@ def _response_started(
     state: SessionState, msg: Message, budget: Budget, preview: int
 ) -> tuple[Event, ...]:
     assert isinstance(msg, ResponseStarted)
-    if isinstance(state, Pending) and state.request.request_id == msg.request_id:
+    if (
+        isinstance(state, Pending)
+        and state.request.request_id == msg.request_id
+        and state.request.round == msg.round
+    ):
         return (StreamStarted(msg.request_id),)
     return ()
+
+
+def _is_current_round(state: SessionState, request_id: RequestId, round_: int) -> bool:
+    # The round in flight is waiting on the provider (not on tools).
+    return isinstance(state, (Pending, Streaming)) and (
+        state.request.request_id == request_id and state.request.round == round_
+    )
+
+
+def _calls_problem(config: SessionStarted, calls: tuple[ToolCall, ...]) -> str | None:
+    """Why a round's tool calls cannot be run, or ``None``. Never quotes them."""
+    names = {t.name for t in config.tools}
+    seen: set[str] = set()
+    for c in calls:
+        if c.name not in names:
+            return "the model called a tool that is not registered"
+        if not c.call_id or not _is_text(c.call_id) or c.call_id in seen:
+            return "tool call ids must be non-empty and unique in a round"
+        seen.add(c.call_id)
+        try:
+            args = json.loads(c.arguments)
+        except ValueError:
+            args = None
+        if not isinstance(args, dict) or not _is_text(c.arguments):
+            return "tool call arguments are not a JSON object"
+    return None
+
+
+def _tool_calls(state: SessionState, msg: Completed, preview: int) -> tuple[Event, ...]:
+    assert isinstance(state, (Pending, Streaming)) and state.config is not None
+    config = state.config
+    rid = msg.request_id
+    if msg.finish_reason not in ("tool_calls", "stop"):
+        detail = f"finish_reason={safe_finish_reason(msg.finish_reason)} with tool calls"
+        return (TurnDiscarded(rid, "incomplete_finish", detail, preview),)
+    problem = _calls_problem(config, msg.tool_calls)
+    if problem is not None or not _is_text(msg.answer):
+        detail = problem or "the text with the tool calls has a lone surrogate"
+        return (TurnDiscarded(rid, "protocol", detail, preview),)
+    if msg.round >= config.max_tool_rounds:
+        detail = f"more than {config.max_tool_rounds} tool rounds"
+        return (TurnDiscarded(rid, "limit", detail, preview),)
+    return (ToolCallsRequested(rid, msg.round, msg.tool_calls, msg.answer, msg.usage),)
 
 
 def _completed(
@@ -369,8 +494,10 @@ def _completed(
 ) -> tuple[Event, ...]:
     assert isinstance(msg, Completed)
     rid = msg.request_id
-    if current_request(state) != rid:
+    if not _is_current_round(state, rid, msg.round):
         return (CompletionIgnored(rid, "completed"),)
+    if msg.tool_calls:
+        return _tool_calls(state, msg, preview)
     if not msg.answer.strip():
         return (TurnDiscarded(rid, "empty", "the answer is empty", preview),)
     if not _is_text(msg.answer):
@@ -384,9 +511,61 @@ def _completed(
 def _failed(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
     assert isinstance(msg, Failed)
     rid = msg.request_id
-    if current_request(state) != rid:
+    if not _is_current_round(state, rid, msg.round):
         return (CompletionIgnored(rid, f"failed:{msg.failure.reason}"),)
     return (TurnDiscarded(rid, msg.failure.reason, msg.failure.detail, preview),)
+
+
+def _tool_done(
+    state: SessionState, msg: Message, budget: Budget, preview: int
+) -> tuple[Event, ...]:
+    assert isinstance(msg, ToolDone)
+    rid = msg.request_id
+    if (
+        not isinstance(state, AwaitingTools)
+        or state.request.request_id != rid
+        or msg.call_id not in state.request.rounds[-1].pending()
+    ):
+        return (CompletionIgnored(rid, "tool_result"),)
+    config = state.config
+    assert config is not None
+    content, is_error = msg.content, msg.is_error
+    if not _is_text(content):
+        content, is_error = "the tool's result is not valid Unicode text", True
+    elif len(content.encode()) > MAX_TOOL_RESULT_BYTES:
+        content, is_error = f"the tool's result is over {MAX_TOOL_RESULT_BYTES} bytes", True
+    if is_error and config.on_tool_error == "stop":
+        return (TurnDiscarded(rid, "tool_error", "a tool failed", preview),)
+    recorded = ToolResultRecorded(rid, msg.call_id, content, is_error, max(msg.duration_ms, 0))
+    after = evolve(state, recorded)
+    assert isinstance(after, AwaitingTools)
+    if not after.request.rounds[-1].complete:
+        return (recorded,)
+    return (recorded, _next_round(after, budget, preview))
+
+
+def _next_round(state: AwaitingTools, budget: Budget, preview: int) -> Event:
+    config = state.config
+    assert config is not None
+    req = state.request
+    messages = build_messages(config.system, state.turns, req.turns_sent, req.question, req.rounds)
+    size = len(budget.encoder.encode(config.model, messages, config.tools, config.tool_choice))
+    limit = budget.max_request_bytes
+    if limit is not None and size > limit:
+        detail = f"the next tool round needs {size} bytes; the budget is {limit}"
+        return TurnDiscarded(req.request_id, "limit", detail, preview)
+    max_tokens = budget.max_prompt_tokens
+    if max_tokens is not None:
+        est = budget.estimator
+        tokens = (
+            est.request_tokens
+            + tools_tokens(est, config.tools)
+            + sum(est.message_tokens(m) for m in messages)
+        )
+        if tokens > max_tokens:
+            detail = f"the next tool round needs about {tokens} tokens; the budget is {max_tokens}"
+            return TurnDiscarded(req.request_id, "limit", detail, preview)
+    return ToolRoundSubmitted(req.request_id, req.round + 1, size)
 
 
 _HANDLERS: Final[Mapping[type[Message], _Handler]] = {
@@ -398,6 +577,7 @@ _HANDLERS: Final[Mapping[type[Message], _Handler]] = {
     ResponseStarted: _response_started,
     Completed: _completed,
     Failed: _failed,
+    ToolDone: _tool_done,
 }
 
 
@@ -494,9 +674,12 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     _expect_current(state, event.request_id, event)
     if isinstance(event, StreamStarted):
         return Streaming(**base, request=state.request)
+    if isinstance(event, (ToolCallsRequested, ToolResultRecorded, ToolRoundSubmitted)):
+        return _evolve_round(state, event, base)
     if isinstance(event, TurnCommitted):
         n = len(state.turns)
-        turns = state.turns.append(Turn(event.request_id, state.request.question, event.answer))
+        q = state.request.question
+        turns = state.turns.append(Turn(event.request_id, q, event.answer, state.request.rounds))
         context_start = state.context_start
         policy = state.config.policy
         if isinstance(policy, Window):
@@ -516,6 +699,35 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     return Discarded(**base, reason=event.reason)
 
 
+def _evolve_round(
+    state: SessionState,
+    event: ToolCallsRequested | ToolResultRecorded | ToolRoundSubmitted,
+    base: dict[str, Any],
+) -> SessionState:
+    assert isinstance(state, _IN_FLIGHT)
+    req = state.request
+    if isinstance(event, ToolCallsRequested):
+        if event.round != req.round or not event.calls:
+            raise ReplayError(f"tool calls for round {event.round} in round {req.round}")
+        ids = [c.call_id for c in event.calls]
+        if len(set(ids)) != len(ids):
+            raise ReplayError("tool call ids repeat in a round")
+        rounds = (*req.rounds, ToolRound(event.calls, event.content))
+        return AwaitingTools(**base, request=attrs.evolve(req, rounds=rounds))
+    last = req.rounds[-1]
+    if isinstance(event, ToolResultRecorded):
+        if event.call_id not in last.pending():
+            raise ReplayError(f"a result for call {event.call_id!r}, which is not waiting")
+        result = ToolResult(event.call_id, event.content, event.is_error)
+        done = attrs.evolve(last, results=(*last.results, result))
+        request = attrs.evolve(req, rounds=(*req.rounds[:-1], done))
+        return AwaitingTools(**base, request=request)
+    if not last.complete or event.round != req.round + 1:
+        raise ReplayError(f"round {event.round} submitted before round {req.round} completed")
+    request = attrs.evolve(req, round=event.round, request_bytes=event.request_bytes)
+    return Pending(**base, request=request)
+
+
 def replay(events: Iterable[Event], state: SessionState | None = None) -> SessionState:
     """Fold ``events`` into a state, from ``state`` or from the initial state."""
     s: SessionState = initial_state() if state is None else state
@@ -525,8 +737,10 @@ def replay(events: Iterable[Event], state: SessionState | None = None) -> Sessio
 
 
 def request_messages(state: Pending | Streaming) -> list[ChatMessage]:
-    """The messages of the request in flight, exactly as projected."""
+    """The messages of the request in flight, exactly as projected: the
+    history sent, the question and every complete tool round of the turn."""
     assert state.config is not None
+    req = state.request
     return build_messages(
-        state.config.system, state.turns, state.request.turns_sent, state.request.question
+        state.config.system, state.turns, req.turns_sent, req.question, req.rounds
     )

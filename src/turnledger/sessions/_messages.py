@@ -7,11 +7,22 @@ ignores a message whose id is not the request in flight.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final, TypeAlias
 
 import attrs
 
-from ..events import DiscardReason, HistoryPolicy, Ledger, OnBusy, RequestId, Usage
+from ..events import (
+    DiscardReason,
+    HistoryPolicy,
+    Ledger,
+    OnBusy,
+    RequestId,
+    ToolCall,
+    ToolErrorPolicy,
+    ToolSpec,
+    Usage,
+)
 
 __all__ = [
     "Cancel",
@@ -24,6 +35,7 @@ __all__ = [
     "Start",
     "Submit",
     "Timeout",
+    "ToolDone",
     "safe_finish_reason",
 ]
 
@@ -43,6 +55,14 @@ def safe_finish_reason(value: str | None) -> str:
     return value if _FINISH_TOKEN.fullmatch(value) else "other"
 
 
+def _specs(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
+    return tuple(value)
+
+
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class Start:
     """Create the session: fixes its system prompt, model and policies."""
@@ -51,6 +71,10 @@ class Start:
     model: str
     policy: HistoryPolicy = attrs.field(factory=Ledger)
     on_busy: OnBusy = "reject"
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_specs)
+    tool_choice: str = "auto"
+    max_tool_rounds: int = 8
+    on_tool_error: ToolErrorPolicy = "report"
 
 
 @attrs.frozen
@@ -89,6 +113,8 @@ class ResponseStarted:
     """The provider accepted the request and the stream began."""
 
     request_id: RequestId
+    #: The round of the turn the request belongs to.
+    round: int = 0
 
 
 @attrs.frozen
@@ -99,6 +125,9 @@ class Completed:
     answer: str
     finish_reason: str | None
     usage: Usage | None = None
+    round: int = 0
+    #: Tool calls the model asked for (the round then continues with tools).
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
 
 
 @attrs.frozen
@@ -115,8 +144,21 @@ class Failed:
 
     request_id: RequestId
     failure: Failure
+    round: int = 0
+
+
+@attrs.frozen
+class ToolDone:
+    """A tool call of ``request_id`` finished: its result, or (``is_error``)
+    the error text the model is to see."""
+
+    request_id: RequestId
+    call_id: str
+    content: str
+    is_error: bool = False
+    duration_ms: int = 0
 
 
 Message: TypeAlias = (
-    Start | Submit | Cancel | Timeout | Interrupt | ResponseStarted | Completed | Failed
+    Start | Submit | Cancel | Timeout | Interrupt | ResponseStarted | Completed | Failed | ToolDone
 )

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from ..events import RequestId, Usage
+from ..events import RequestId, ToolCall, ToolSpec, Usage
 from ._request import ChatMessage, RequestEncoder
 
 __all__ = ["ChatRequest", "Completion", "Provider", "StreamSink"]
@@ -24,6 +24,11 @@ class ChatRequest:
     request_id: RequestId
     model: str
     messages: tuple[ChatMessage, ...]
+    #: The session's tools, sent with the request (none: a plain chat).
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str = "auto"
+    #: The round of the turn (0: its first request).
+    round: int = 0
 
 
 @attrs.frozen
@@ -34,6 +39,8 @@ class Completion:
     #: As reported by the server (``stop``, ``length``, ...); ``None`` if absent.
     finish_reason: str | None
     usage: Usage | None = None
+    #: Tool calls the model asked for, arguments as compact JSON object text.
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class StreamSink(Protocol):

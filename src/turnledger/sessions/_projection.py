@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Sequence
 from typing import Protocol
 
 import attrs
 
-from ._history import History, Turn
-from ._request import ChatMessage, JsonChatEncoder, RequestEncoder
+from ..events import ToolSpec
+from ._history import History, ToolRound, Turn
+from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, tool_definitions
 
 __all__ = [
     "Budget",
@@ -30,6 +32,8 @@ __all__ = [
     "build_messages",
     "naive_plan",
     "plan",
+    "round_messages",
+    "turn_messages",
 ]
 
 
@@ -74,7 +78,10 @@ class CharTokenEstimator:
         return self.per_request
 
     def message_tokens(self, message: ChatMessage) -> int:
-        return self.per_message + math.ceil(len(message.content) / self.chars_per_token)
+        chars = len(message.content)
+        for c in message.tool_calls:
+            chars += len(c.call_id) + len(c.name) + len(c.arguments)
+        return self.per_message + math.ceil(chars / self.chars_per_token)
 
 
 @attrs.frozen
@@ -121,18 +128,68 @@ def _mandatory(system: str, question: str) -> list[ChatMessage]:
     return out
 
 
+def round_messages(rounds: tuple[ToolRound, ...]) -> list[ChatMessage]:
+    """The messages of complete tool rounds: each assistant message with its
+    calls, then every call's result, in the order of the calls."""
+    out: list[ChatMessage] = []
+    for r in rounds:
+        out.append(ChatMessage("assistant", r.content, r.calls))
+        names = {c.call_id: c.name for c in r.calls}
+        by_id = {res.call_id: res for res in r.results}
+        for c in r.calls:
+            res = by_id[c.call_id]  # a round is only sent once complete
+            out.append(
+                ChatMessage("tool", res.content, tool_call_id=c.call_id, name=names[c.call_id])
+            )
+    return out
+
+
+def turn_messages(t: Turn) -> list[ChatMessage]:
+    """A committed turn as messages: question, tool rounds, answer."""
+    if not t.rounds:
+        return [ChatMessage("user", t.question), ChatMessage("assistant", t.answer)]
+    return [
+        ChatMessage("user", t.question),
+        *round_messages(t.rounds),
+        ChatMessage("assistant", t.answer),
+    ]
+
+
 def build_messages(
-    system: str, turns: History, turns_sent: int, question: str
+    system: str,
+    turns: History,
+    turns_sent: int,
+    question: str,
+    rounds: tuple[ToolRound, ...] = (),
 ) -> list[ChatMessage]:
-    """The messages of a request that sends the newest ``turns_sent`` turns."""
+    """The messages of a request that sends the newest ``turns_sent`` turns,
+    then the question and the complete ``rounds`` of the turn in flight."""
     out = [ChatMessage("system", system)] if system else []
     n = len(turns)
     for i in range(n - turns_sent, n):
-        t = turns[i]
-        out.append(ChatMessage("user", t.question))
-        out.append(ChatMessage("assistant", t.answer))
+        out.extend(turn_messages(turns[i]))
     out.append(ChatMessage("user", question))
+    out.extend(round_messages(rounds))
     return out
+
+
+def tools_tokens(estimator: TokenEstimator, tools: Sequence[ToolSpec]) -> int:
+    """Estimated prompt tokens of the tool definitions (0 for none)."""
+    if not tools:
+        return 0
+    # A session sends the same tools with every request: estimated once.
+    key = (estimator.cache_key, tuple(tools))
+    tokens = _TOOLS_TOKENS.get(key)
+    if tokens is None:
+        if len(_TOOLS_TOKENS) >= 64:
+            _TOOLS_TOKENS.clear()
+        tokens = _TOOLS_TOKENS[key] = estimator.message_tokens(
+            ChatMessage("system", tool_definitions(tools))
+        )
+    return tokens
+
+
+_TOOLS_TOKENS: dict[object, int] = {}
 
 
 def plan(
@@ -142,6 +199,8 @@ def plan(
     context_start: int,
     question: str,
     budget: Budget,
+    tools: Sequence[ToolSpec] = (),
+    tool_choice: str = "auto",
 ) -> Plan:
     """Choose the newest contiguous run of turns from ``turns[context_start:]``
     that fits ``budget`` together with the system prompt and the question.
@@ -152,13 +211,17 @@ def plan(
     enc = budget.encoder
     mandatory = _mandatory(system, question)
     sep = enc.separator_size
-    mandatory_bytes = enc.frame_size(model, len(mandatory)) + sum(
-        enc.message_size(m) for m in mandatory
+    mandatory_bytes = (
+        enc.frame_size(model, len(mandatory))
+        + sum(enc.message_size(m) for m in mandatory)
+        + enc.tools_size(tools, tool_choice)
     )
     n = len(turns)
     available = n - context_start
 
     def turn_cost(t: Turn) -> int:
+        if t.rounds:
+            return sum(enc.message_size(m) + sep for m in turn_messages(t))
         return (
             enc.message_size(ChatMessage("user", t.question))
             + enc.message_size(ChatMessage("assistant", t.answer))
@@ -168,7 +231,11 @@ def plan(
     prefix = turns.prefix(enc.cache_key, turn_cost)
     est = budget.estimator
     max_tokens = budget.max_prompt_tokens
-    mandatory_tokens = est.request_tokens + sum(est.message_tokens(m) for m in mandatory)
+    mandatory_tokens = (
+        est.request_tokens
+        + sum(est.message_tokens(m) for m in mandatory)
+        + tools_tokens(est, tools)
+    )
     limit = budget.max_request_bytes
     if (limit is not None and mandatory_bytes > limit) or (
         max_tokens is not None and mandatory_tokens > max_tokens
@@ -184,9 +251,7 @@ def plan(
     if max_tokens is not None:
 
         def turn_tokens(t: Turn) -> int:
-            return est.message_tokens(ChatMessage("user", t.question)) + est.message_tokens(
-                ChatMessage("assistant", t.answer)
-            )
+            return sum(est.message_tokens(m) for m in turn_messages(t))
 
         tokens = turns.prefix(("tokens", est.cache_key), turn_tokens)
         start = max(start, bisect_left(tokens, mandatory_tokens + tokens[n] - max_tokens, 0, n + 1))
@@ -207,6 +272,8 @@ def naive_plan(
     context_start: int,
     question: str,
     budget: Budget,
+    tools: Sequence[ToolSpec] = (),
+    tool_choice: str = "auto",
 ) -> Plan:
     """The reference: drop the oldest whole turn and re-serialize until it fits.
 
@@ -216,14 +283,15 @@ def naive_plan(
     est = budget.estimator
     n = len(turns)
     mandatory = _mandatory(system, question)
-    mandatory_bytes = len(enc.encode(model, mandatory))
-    mandatory_tokens = est.request_tokens + sum(est.message_tokens(m) for m in mandatory)
+    mandatory_bytes = len(enc.encode(model, mandatory, tools, tool_choice))
+    extra_tokens = est.request_tokens + tools_tokens(est, tools)
+    mandatory_tokens = extra_tokens + sum(est.message_tokens(m) for m in mandatory)
     limit = budget.max_request_bytes
     max_tokens = budget.max_prompt_tokens
     for start in range(context_start, n + 1):
         messages = build_messages(system, turns, n - start, question)
-        size = len(enc.encode(model, messages))
-        tokens = est.request_tokens + sum(est.message_tokens(m) for m in messages)
+        size = len(enc.encode(model, messages, tools, tool_choice))
+        tokens = extra_tokens + sum(est.message_tokens(m) for m in messages)
         if (limit is None or size <= limit) and (max_tokens is None or tokens <= max_tokens):
             return Plan(n - start, start - context_start, size, mandatory_bytes, mandatory_tokens)
     return Plan(0, n - context_start, -1, mandatory_bytes, mandatory_tokens)

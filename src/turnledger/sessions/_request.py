@@ -9,23 +9,36 @@ message encoded on its own.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
 
-__all__ = ["ChatMessage", "JsonChatEncoder", "RequestEncoder", "Role"]
+from ..events import ToolCall, ToolSpec
 
-Role: TypeAlias = Literal["system", "user", "assistant"]
+__all__ = ["ChatMessage", "JsonChatEncoder", "RequestEncoder", "Role", "ToolFormat"]
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+#: How tool calls and results are spelled: OpenAI's (call ids, arguments as
+#: JSON text) or Ollama's (no ids, arguments as a JSON object).
+ToolFormat: TypeAlias = Literal["openai", "ollama"]
 
 
 @attrs.frozen
 class ChatMessage:
-    """One message of a chat request."""
+    """One message of a chat request.
+
+    An ``assistant`` message may carry ``tool_calls``; a ``tool`` message is
+    the result of the call ``tool_call_id`` (of the tool ``name``).
+    """
 
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
 
 
 class RequestEncoder(Protocol):
@@ -42,8 +55,19 @@ class RequestEncoder(Protocol):
         """Equal for encoders that encode a single message identically."""
         ...
 
-    def encode(self, model: str, messages: Sequence[ChatMessage]) -> bytes:
-        """The request body, exactly as it goes on the wire."""
+    def encode(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        tool_choice: str = "auto",
+    ) -> bytes:
+        """The request body, exactly as it goes on the wire (with the tool
+        definitions and ``tool_choice``, if there are tools)."""
+        ...
+
+    def tools_size(self, tools: Sequence[ToolSpec], tool_choice: str = "auto") -> int:
+        """Bytes the tool definitions add to a body (0 for none)."""
         ...
 
     def message_size(self, message: ChatMessage) -> int:
@@ -72,6 +96,44 @@ def _copy_mapping(m: Mapping[str, Any]) -> dict[str, Any]:
     return dict(m)
 
 
+def _openai_call(c: ToolCall) -> str:
+    return (
+        f'{{"id":{_dumps(c.call_id)},"type":"function","function":'
+        f'{{"name":{_dumps(c.name)},"arguments":{_dumps(c.arguments)}}}}}'
+    )
+
+
+def _ollama_call(c: ToolCall) -> str:
+    # Arguments are a validated, compact JSON object: spliced as they are.
+    return f'{{"function":{{"name":{_dumps(c.name)},"arguments":{c.arguments}}}}}'
+
+
+def tool_definitions(tools: Sequence[ToolSpec]) -> str:
+    """The ``tools`` array of a request, as compact JSON text."""
+    return (
+        "["
+        + ",".join(
+            f'{{"type":"function","function":{{"name":{_dumps(t.name)},'
+            f'"description":{_dumps(t.description)},"parameters":{t.parameters}}}}}'
+            for t in tools
+        )
+        + "]"
+    )
+
+
+def _tools_text(tool_format: str, tools: Sequence[ToolSpec], tool_choice: str) -> str:
+    out = f',"tools":{tool_definitions(tools)}'
+    if tool_format == "openai":
+        out += f',"tool_choice":{_dumps(tool_choice)}'
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _tools_size(tool_format: str, tools: tuple[ToolSpec, ...], tool_choice: str) -> int:
+    # A session sends the same tools with every request: measured once.
+    return len(_tools_text(tool_format, tools, tool_choice).encode())
+
+
 @attrs.frozen
 class JsonChatEncoder:
     """The body of an OpenAI-compatible ``/v1/chat/completions`` request
@@ -90,6 +152,7 @@ class JsonChatEncoder:
 
     stream: bool = True
     extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_copy_mapping)
+    tool_format: ToolFormat = "openai"
     _suffix: bytes = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -99,26 +162,53 @@ class JsonChatEncoder:
 
     @property
     def cache_key(self) -> object:
-        # Every JsonChatEncoder encodes a single message the same way.
-        return JsonChatEncoder
+        # Every JsonChatEncoder encodes a plain message the same way; tool
+        # messages depend on the format.
+        return JsonChatEncoder if self.tool_format == "openai" else (JsonChatEncoder, "ollama")
 
     @property
     def separator_size(self) -> int:
         return 1
 
-    def encode(self, model: str, messages: Sequence[ChatMessage]) -> bytes:
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
-            "stream": self.stream,
-        }
-        for key, value in self.extra.items():
-            if key in body:
+    def encode(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        tool_choice: str = "auto",
+    ) -> bytes:
+        for key in self.extra:
+            if key in ("model", "messages", "stream"):
                 raise ValueError(f"extra field {key!r} would replace a field the encoder owns")
-            body[key] = value
-        return _dumps(body).encode()
+        body = (
+            f'{{"model":{_dumps(model)},"messages":['
+            + ",".join(self._message(m) for m in messages)
+            + self._suffix.decode()
+        )
+        if tools:
+            body = body[:-1] + _tools_text(self.tool_format, tools, tool_choice) + "}"
+        return body.encode()
+
+    def tools_size(self, tools: Sequence[ToolSpec], tool_choice: str = "auto") -> int:
+        if not tools:
+            return 0
+        return _tools_size(self.tool_format, tuple(tools), tool_choice)
+
+    def _message(self, m: ChatMessage) -> str:
+        out = f'{{"role":{_dumps(m.role)},"content":{_dumps(m.content)}'
+        if m.tool_calls:
+            call = _openai_call if self.tool_format == "openai" else _ollama_call
+            out += ',"tool_calls":[' + ",".join(call(c) for c in m.tool_calls) + "]"
+        if m.role == "tool":
+            if self.tool_format == "openai":
+                out += f',"tool_call_id":{_dumps(m.tool_call_id)}'
+            else:
+                out += f',"tool_name":{_dumps(m.name)}'
+        return out + "}"
 
     def message_size(self, message: ChatMessage) -> int:
+        if message.tool_calls or message.role == "tool":
+            return len(self._message(message).encode())
         # '{"role":' + R + ',"content":' + C + '}'
         return 20 + len(_dumps(message.role).encode()) + len(_dumps(message.content).encode())
 

@@ -40,11 +40,14 @@ from ._replies import (
     ollama_json_reply,
     ollama_ndjson_lines,
     ollama_stream_reply,
+    ollama_tool_call_lines,
     openai_error_event,
     openai_json_reply,
     openai_sse_chunks,
     openai_stream_reply,
+    openai_tool_call_chunks,
     sse_event,
+    tool_call_reply,
 )
 from ._samples import sample_events
 from ._scripted import (
@@ -93,13 +96,16 @@ __all__ = [
     "ollama_json_reply",
     "ollama_ndjson_lines",
     "ollama_stream_reply",
+    "ollama_tool_call_lines",
     "open_loopback_server",
     "openai_error_event",
     "openai_json_reply",
     "openai_sse_chunks",
     "openai_stream_reply",
+    "openai_tool_call_chunks",
     "sample_events",
     "sse_event",
+    "tool_call_reply",
 ]
 
 

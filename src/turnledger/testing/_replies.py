@@ -7,6 +7,8 @@ Ollama send, as :class:`~turnledger.testing.Reply` values and raw chunks.
   :func:`ollama_stream_reply`, :func:`ollama_json_reply`, :func:`error_reply`:
   whole replies;
 - :func:`ollama_ndjson_lines`: NDJSON lines;
+- :func:`openai_tool_call_chunks`, :func:`ollama_tool_call_lines`,
+  :func:`tool_call_reply`: a round that ends in tool calls;
 - :func:`chat_responder`: a responder answering any chat request in the
   protocol it came in.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from ..events import ToolCall
 from ._loopback import Exchange, Part, Reply, Responder, WritePause
 
 __all__ = [
@@ -29,11 +32,14 @@ __all__ = [
     "ollama_json_reply",
     "ollama_ndjson_lines",
     "ollama_stream_reply",
+    "ollama_tool_call_lines",
     "openai_error_event",
     "openai_json_reply",
     "openai_sse_chunks",
     "openai_stream_reply",
+    "openai_tool_call_chunks",
     "sse_event",
+    "tool_call_reply",
 ]
 
 
@@ -116,6 +122,94 @@ def openai_sse_chunks(
     if done:
         out.append(b"data: [DONE]\n\n")
     return out
+
+
+def openai_tool_call_chunks(
+    calls: Sequence[ToolCall],
+    *,
+    text: str = "",
+    chunk_size: int = 3,
+    finish_reason: str = "tool_calls",
+    id: str = "chatcmpl-loopback",
+) -> list[bytes]:
+    """An OpenAI stream that ends in tool calls: optional text, then each
+    call as a first delta (``index``, ``id``, ``function.name``, empty
+    arguments) and its arguments in pieces of ``chunk_size`` characters, a
+    ``finish_reason`` chunk and ``[DONE]``."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return sse_event({"id": id, "object": "chat.completion.chunk", "choices": [choice]})
+
+    out = [chunk({"role": "assistant", "content": None})]
+    out.extend(chunk({"content": piece}) for piece in _pieces(text, 4))
+    for i, c in enumerate(calls):
+        function = {"name": c.name, "arguments": ""}
+        first = {"index": i, "id": c.call_id, "type": "function", "function": function}
+        out.append(chunk({"tool_calls": [first]}))
+        for piece in _pieces(c.arguments, chunk_size):
+            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+    out.append(chunk({}, finish_reason))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def ollama_tool_call_lines(calls: Sequence[ToolCall], *, model: str = "loopback") -> list[bytes]:
+    """An Ollama ``/api/chat`` stream that ends in tool calls: one line with
+    ``message.tool_calls`` (arguments as objects, no ids), then the done line."""
+    message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"function": {"name": c.name, "arguments": json.loads(c.arguments)}} for c in calls
+        ],
+    }
+    first = {"model": model, "created_at": "2024-01-01T00:00:00Z", "message": message}
+    last = {
+        "model": model,
+        "created_at": "2024-01-01T00:00:00Z",
+        "message": {"role": "assistant", "content": ""},
+        "done": True,
+        "done_reason": "stop",
+    }
+    return [(_dumps({**first, "done": False}) + "\n").encode(), (_dumps(last) + "\n").encode()]
+
+
+def tool_call_reply(
+    calls: Sequence[ToolCall], *, protocol: str = "openai", stream: bool = True, **kwargs: Any
+) -> Reply:
+    """A 200 reply whose round ends in ``calls``, in ``protocol``
+    (``openai`` or ``ollama``), streamed or as one JSON body
+    (``kwargs``: of :func:`openai_tool_call_chunks`)."""
+    if protocol == "ollama":
+        lines = ollama_tool_call_lines(calls)
+        if stream:
+            return Reply(media_type="application/x-ndjson", body=tuple(lines))
+        whole = json.loads(lines[0])
+        whole.update(done=True, done_reason="stop")
+        return Reply(
+            media_type="application/json", body=(_dumps(whole).encode(),), framing="length"
+        )
+    if stream:
+        return Reply(body=tuple(openai_tool_call_chunks(calls, **kwargs)))
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for c in calls
+        ],
+    }
+    body = {
+        "id": "chatcmpl-loopback",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+    }
+    return Reply(media_type="application/json", body=(_dumps(body).encode(),), framing="length")
 
 
 def openai_error_event(message: str = "the model failed", *, code: str = "server_error") -> bytes:
@@ -234,8 +328,11 @@ def error_reply(
 _REPLY_FIELDS = frozenset(a.name for a in attrs.fields(Reply)) - {"body", "media_type"}
 
 
+Answer = str | tuple[ToolCall, ...]
+
+
 def chat_responder(
-    answer: str | Sequence[str] | Callable[[list[dict[str, Any]]], str],
+    answer: str | Sequence[Answer] | Callable[[list[dict[str, Any]]], Answer],
     *,
     chunk_size: int = 8,
     pause: float = 0.0,
@@ -247,16 +344,17 @@ def chat_responder(
 
     Args:
         answer: the answer text; a sequence (one per request, in order; the
-            last repeats); or a function of the request's messages.
+            last repeats); or a function of the request's messages. An
+            answer may be a tuple of tool calls: that round ends in them.
         chunk_size: characters per streamed delta.
         pause: seconds between two streamed deltas.
     """
-    answers: collections.deque[str] | None = None
+    answers: collections.deque[Answer] | None = None
     if not isinstance(answer, str) and not callable(answer):
         answers = collections.deque(answer)
     lock = threading.Lock()
 
-    def text_for(messages: list[dict[str, Any]]) -> str:
+    def text_for(messages: list[dict[str, Any]]) -> Answer:
         if isinstance(answer, str):
             return answer
         if answers is not None:
@@ -272,6 +370,9 @@ def chat_responder(
             return error_reply(400, '{"error":"the body is not JSON"}')
         stream = request.get("stream", True) is not False
         text = text_for(request.get("messages", []))
+        if isinstance(text, tuple):
+            kind = "ollama" if exchange.path == "/api/chat" else "openai"
+            return tool_call_reply(text, protocol=kind, stream=stream)
         if exchange.path.endswith("/chat/completions"):
             if not stream:
                 return openai_json_reply(text)

@@ -8,6 +8,11 @@ from ..events import (
     RequestId,
     SessionStarted,
     StreamStarted,
+    ToolCall,
+    ToolCallsRequested,
+    ToolResultRecorded,
+    ToolRoundSubmitted,
+    ToolSpec,
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
@@ -33,4 +38,17 @@ def sample_events() -> list[Event]:
         TurnCommitted(_R, awkward, "stop", Usage(10, 20, 30)),
         TurnDiscarded(RequestId("r-2"), "timeout", awkward, 17),
         CompletionIgnored(RequestId("r-2"), "failed:http_status"),
+        SessionStarted(
+            awkward,
+            "m",
+            tools=(ToolSpec("clock", awkward), ToolSpec("calc", "", '{"type":"object"}')),
+            tool_choice="required",
+            max_tool_rounds=3,
+            on_tool_error="stop",
+        ),
+        ToolCallsRequested(
+            _R, 0, (ToolCall("c-1", "calc", '{"q":"\\u00e9 \\"x\\""}'),), awkward, Usage(1, 2, 3)
+        ),
+        ToolResultRecorded(_R, "c-1", awkward, True, 12),
+        ToolRoundSubmitted(_R, 1, 4321),
     ]

@@ -29,7 +29,7 @@ import trio
 from ..._errors import DecodeError, ProviderError, StreamProtocolError
 from ..._logging import library_logger
 from ...sessions._ports import ChatRequest, Completion, StreamSink
-from ...sessions._request import JsonChatEncoder
+from ...sessions._request import JsonChatEncoder, ToolFormat
 from ._limits import StreamLimits
 from ._retry import RetryPolicy
 from ._stream import MEDIA_TYPES, BodyDecoder, ResponseDecoder, describe
@@ -292,6 +292,7 @@ class HTTPChatProvider:
     _stream_media_type: ClassVar[str]
     _stream_decoder: ClassVar[type[ResponseDecoder]]
     _json_decoder: ClassVar[type[ResponseDecoder]]
+    _tool_format: ClassVar[ToolFormat] = "openai"
 
     def __init__(
         self,
@@ -309,7 +310,7 @@ class HTTPChatProvider:
         trust_env: bool,
     ) -> None:
         self._stream = stream
-        self._encoder = JsonChatEncoder(stream=stream, extra=fields)
+        self._encoder = JsonChatEncoder(stream=stream, extra=fields, tool_format=self._tool_format)
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=trust_env)
         self._limits = limits or StreamLimits()
@@ -363,7 +364,9 @@ class HTTPChatProvider:
         Cancellation: closes the response and its connection (the server
         sees the disconnect); no result.
         """
-        body = self._encoder.encode(request.model, request.messages)
+        body = self._encoder.encode(
+            request.model, request.messages, request.tools, request.tool_choice
+        )
         decoder = self._stream_decoder if self._stream else self._json_decoder
         return await self._transport.post(
             request, body, sink, media_types=self._media_types, decoder=decoder

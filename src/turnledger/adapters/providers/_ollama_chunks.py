@@ -10,8 +10,8 @@ object alone, carrying the whole message.
 
 - every line is a JSON object with a boolean ``done``;
 - ``message.role`` is ``"assistant"`` or absent; ``message.content`` a
-  string; ``thinking`` and other fields are ignored; non-empty
-  ``tool_calls`` are refused (not a plain-text turn);
+  string; ``thinking`` and other fields are ignored; ``tool_calls`` are
+  whole calls, arguments as an object (``_tool_calls``);
 - ``{"error": "..."}`` is a provider error (Ollama sends it mid-stream when
   generation fails after the 200);
 - nothing may follow the ``done: true`` line; the end of the body before it
@@ -24,7 +24,7 @@ commits only ``"stop"`` (``length``, ``load``, a missing reason: discarded).
 from __future__ import annotations
 
 from ..._errors import LimitExceeded
-from ...events import Usage
+from ...events import ToolCall, Usage
 from ...sessions._ports import Completion
 from ._limits import StreamLimits
 from ._ndjson import NDJSONDecoder
@@ -41,6 +41,7 @@ from ._stream import (
     usage_from,
 )
 from ._strict_json import loads_object
+from ._tool_calls import ollama_tool_calls
 
 __all__ = ["OllamaLineValidator", "OllamaResponseDecoder", "OllamaStreamDecoder"]
 
@@ -48,12 +49,22 @@ __all__ = ["OllamaLineValidator", "OllamaResponseDecoder", "OllamaStreamDecoder"
 class OllamaLineValidator:
     """Validates the JSON lines of one ``/api/chat`` answer."""
 
-    __slots__ = ("_chars", "_depth", "_done", "_finish", "_max_chars", "_parts", "_usage")
+    __slots__ = (
+        "_calls",
+        "_chars",
+        "_depth",
+        "_done",
+        "_finish",
+        "_max_chars",
+        "_parts",
+        "_usage",
+    )
 
     def __init__(self, limits: StreamLimits | None = None) -> None:
         lim = limits or StreamLimits()
         self._max_chars = lim.max_output_chars
         self._depth = lim.max_json_depth
+        self._calls: tuple[ToolCall, ...] = ()
         self._parts: list[str] = []
         self._chars = 0
         self._done = False
@@ -75,8 +86,10 @@ class OllamaLineValidator:
         if message is not None:
             if type(message) is not dict:
                 raise malformed("message is not an object")
-            if message.get("tool_calls"):
-                raise protocol("a tool call is not a plain-text answer")
+            calls = message.get("tool_calls")
+            if calls:
+                more = ollama_tool_calls(calls, self._depth, len(self._calls))
+                self._calls += more
             role = message.get("role")
             if role is not None and role != "assistant":
                 raise protocol(f"a message with role {describe(role, 'role', ROLES)}")
@@ -112,7 +125,8 @@ class OllamaLineValidator:
         usage = self._usage
         if usage == Usage():
             usage = None
-        return Completion("".join(self._parts), known_finish_reason(self._finish), usage)
+        finish = known_finish_reason(self._finish)
+        return Completion("".join(self._parts), finish, usage, self._calls)
 
 
 class OllamaStreamDecoder(ResponseDecoder):

@@ -13,9 +13,8 @@ is this application protocol, narrowed to plain-text answers:
   or none at all, is allowed (usage frames, Azure's filter results);
 - ``delta.role`` is ``"assistant"`` or null; ``delta.content`` is a string or
   null; other delta fields (``refusal``, ``reasoning_content``, ...) are
-  ignored, except tool calls: a non-empty ``tool_calls`` or a
-  ``function_call`` is refused, since tool arguments need their own assembly
-  and validation (not a plain-text turn);
+  ignored; ``tool_calls`` pieces are assembled into whole calls
+  (``_tool_calls``), the legacy ``function_call`` is refused;
 - ``finish_reason`` is null until the answer ends, then a string; it may
   repeat but not change, and no text may follow it;
 - ``usage`` may come in any chunk, with or without choices, or never
@@ -30,7 +29,8 @@ stream                                         outcome
 =============================================  ===================
 ``[DONE]`` after a finish_reason               :class:`Completion`
 ``{"error": ...}`` or an ``error`` event       ``provider_error``
-tool-call delta, second choice, index != 0,
+function_call, bad tool-call pieces or
+arguments, second choice, index != 0,
 text after the finish, an event after DONE,
 role other than assistant, changed finish      ``protocol``
 ``[DONE]`` before any finish_reason, end of
@@ -69,6 +69,7 @@ from ._stream import (
     usage_from,
 )
 from ._strict_json import loads_object
+from ._tool_calls import OpenAIToolCallAssembler, openai_tool_calls
 
 __all__ = [
     "OpenAIChunkValidator",
@@ -89,8 +90,8 @@ def _usage(value: Any) -> Usage | None:
 
 
 def _check_tools(obj: dict[str, Any]) -> None:
-    if obj.get("tool_calls") or obj.get("function_call") is not None:
-        raise protocol("a tool call is not a plain-text answer")
+    if obj.get("function_call") is not None:
+        raise protocol("a legacy function_call (tools use tool_calls)")
 
 
 def _check_role(role: Any) -> None:
@@ -105,12 +106,22 @@ class OpenAIChunkValidator:
     :meth:`finish` returns the completion at the end of the stream.
     """
 
-    __slots__ = ("_chars", "_depth", "_done", "_finish", "_max_chars", "_parts", "_usage")
+    __slots__ = (
+        "_chars",
+        "_depth",
+        "_done",
+        "_finish",
+        "_max_chars",
+        "_parts",
+        "_tools",
+        "_usage",
+    )
 
     def __init__(self, limits: StreamLimits | None = None) -> None:
         lim = limits or StreamLimits()
         self._max_chars = lim.max_output_chars
         self._depth = lim.max_json_depth
+        self._tools = OpenAIToolCallAssembler(lim.max_output_chars, lim.max_json_depth)
         self._parts: list[str] = []
         self._chars = 0
         self._finish: str | None = None
@@ -163,8 +174,13 @@ class OpenAIChunkValidator:
         if delta is not None:
             if type(delta) is not dict:
                 raise malformed("a delta is not an object")
-            if delta.get("tool_calls") or delta.get("function_call") is not None:
+            if delta.get("function_call") is not None:
                 _check_tools(delta)
+            calls = delta.get("tool_calls")
+            if calls:
+                if self._finish is not None:
+                    raise protocol("a tool call after the finish_reason")
+                self._tools.feed(calls)
             role = delta.get("role")
             if role is not None and role != "assistant":
                 _check_role(role)
@@ -196,7 +212,9 @@ class OpenAIChunkValidator:
             if self._finish is not None:
                 raise incomplete("the stream ended after the finish_reason but before [DONE]")
             raise incomplete("the stream ended before a finish_reason and [DONE]")
-        return Completion("".join(self._parts), known_finish_reason(self._finish), self._usage)
+        calls = self._tools.calls() if self._tools else ()
+        finish = known_finish_reason(self._finish)
+        return Completion("".join(self._parts), finish, self._usage, calls)
 
 
 def _the_choice(choice: Any) -> dict[str, Any]:
@@ -273,6 +291,8 @@ def parse_openai_completion(text: str, limits: StreamLimits | None = None) -> Co
     if type(message) is not dict:
         raise malformed("the choice has no message object")
     _check_tools(message)
+    calls = message.get("tool_calls")
+    tool_calls = openai_tool_calls(calls, lim.max_json_depth) if calls else ()
     _check_role(message.get("role"))
     content = message.get("content")
     if content is None:
@@ -284,7 +304,8 @@ def parse_openai_completion(text: str, limits: StreamLimits | None = None) -> Co
     finish = choice.get("finish_reason")
     if finish is not None and type(finish) is not str:
         raise malformed("finish_reason is not a string")
-    return Completion(content, known_finish_reason(finish), _usage(obj.get("usage")))
+    usage = _usage(obj.get("usage"))
+    return Completion(content, known_finish_reason(finish), usage, tool_calls)
 
 
 class OpenAIResponseDecoder(BodyDecoder):

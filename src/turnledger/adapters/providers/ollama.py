@@ -49,6 +49,7 @@ class OllamaChat(HTTPChatProvider):
     """
 
     _name = "ollama"
+    _tool_format = "ollama"
     _stream_media_type = "application/x-ndjson"
     _stream_decoder = OllamaStreamDecoder
     _json_decoder = OllamaResponseDecoder

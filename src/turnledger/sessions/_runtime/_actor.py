@@ -27,17 +27,22 @@ provider's task only writes a timestamp, it never wakes the actor.
 
 Request tasks run in the hub's nursery, each inside its own cancel scope, and
 never touch state: they send ``ResponseStarted`` / ``Completed`` / ``Failed``
-with their request id. Deltas go to the turn's tickets (previews), not to the
-mailbox, the state or the log.
+with their request id and round. Tool tasks (one per call of a round, run
+concurrently once ``ToolCallsRequested`` is recorded) are the same: each
+sends its ``ToolDone``; the turn's end cancels them all, and a result that
+comes anyway is recorded as ignored. While tools run, the idle timer waits
+(a tool sends no deltas); the turn's deadline still holds. Deltas go to the
+turn's tickets (previews), not to the mailbox, the state or the log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -51,6 +56,9 @@ from ...events import (
     CompletionIgnored,
     Event,
     RequestId,
+    ToolCall,
+    ToolCallsRequested,
+    ToolRoundSubmitted,
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
@@ -79,9 +87,11 @@ from .._messages import (
     Start,
     Submit,
     Timeout,
+    ToolDone,
 )
 from .._ports import ChatRequest
 from .._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult, result_of
+from .._tools import Tool, ToolError, ToolInvocation, result_text
 from ._context import Runtime
 from ._log import get_logger, is_enabled, message_fields, transition_fields
 from ._tickets import Ticket
@@ -114,13 +124,14 @@ class _Flight:
         "chars",
         "deadline",
         "ended",
-        "finished",
         "last_activity",
         "request_id",
+        "round",
         "running",
-        "scope",
+        "scopes",
         "tickets",
         "timed_out",
+        "tools_running",
     )
 
     def __init__(self, actor: Actor, request_id: RequestId, deadline: float) -> None:
@@ -128,16 +139,36 @@ class _Flight:
         self.request_id = request_id
         self._log: Any = None
         self.tickets: Sequence[Ticket] = ()
-        self.scope = trio.CancelScope()
+        #: The cancel scopes of the turn's request and tool tasks still running.
+        self.scopes: list[trio.CancelScope] = []
+        #: The round whose request is (or goes) out.
+        self.round = 0
+        #: Tool tasks of the round still running.
+        self.tools_running = 0
         self.chars = 0
         self.deadline = deadline
         self.last_activity = trio.current_time()
         #: Its request task was started / has returned.
         self.running = False
-        self.finished = False
         self.ended = False
         #: Its Timeout is on its way to the mailbox (or in the batch).
         self.timed_out = False
+
+    @contextlib.contextmanager
+    def open_scope(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope for one of the turn's tasks, cancelled with the turn
+        (at once if the turn already ended)."""
+        scope = trio.CancelScope()
+        if self.ended:
+            scope.cancel()
+        self.scopes.append(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            # A task that returned needs no cancel when the turn ends.
+            with contextlib.suppress(ValueError):
+                self.scopes.remove(scope)
 
     @property
     def log(self) -> Any:
@@ -152,7 +183,7 @@ class _Flight:
     async def started(self) -> None:
         """Report that the server accepted the request (one mailbox message)."""
         self.last_activity = trio.current_time()
-        await self.actor.report(ResponseStarted(self.request_id))
+        await self.actor.report(ResponseStarted(self.request_id, self.round))
 
     async def delta(self, text: str) -> None:
         """Hand ``text`` to the turn's previews.
@@ -168,27 +199,28 @@ class _Flight:
             ticket.push(text)
 
     def end(self) -> None:
-        """The turn ended: stop its request task if it still runs, and let go
+        """The turn ended: cancel every task of it that still runs, and let go
         of the callers' tickets. The timers' heap may keep this object until
         it is next compacted; what it no longer holds cannot grow old with it
         (objects that reach the oldest generation make the cyclic GC walk the
         whole heap sooner)."""
         self.ended = True
-        if not self.finished:
-            self.scope.cancel()
+        for scope in self.scopes:
+            scope.cancel()
+        self.scopes = []
         self.tickets = ()
 
     # -- timers ------------------------------------------------------------
 
     def wake_at(self, idle: float | None) -> float:
-        if idle is None:
+        if idle is None or self.tools_running:
             return self.deadline
         return min(self.deadline, self.last_activity + idle)
 
     def expired(self, now: float, idle: float | None) -> str | None:
         if now >= self.deadline:
             return "deadline"
-        if idle is not None and now >= self.last_activity + idle:
+        if idle is not None and not self.tools_running and now >= self.last_activity + idle:
             return "idle"
         return None
 
@@ -662,6 +694,17 @@ class Actor:
                         self._flight = _Flight(self, ev.request_id, deadline)
                         self._flight.tickets = waiting.get(ev.request_id, [])
                         rt.timers.add(self._flight)
+                elif isinstance(ev, ToolCallsRequested):
+                    flight = self._flight
+                    if flight is not None and flight.request_id == ev.request_id:
+                        flight.running = False
+                        self._start_tools(flight, ev.calls)
+                elif isinstance(ev, ToolRoundSubmitted):
+                    flight = self._flight
+                    if flight is not None and flight.request_id == ev.request_id:
+                        flight.round = ev.round
+                        flight.last_activity = trio.current_time()
+                        rt.timers.add(flight)  # the idle clock runs again
                 elif isinstance(ev, TurnCommitted):
                     self._turn_ended(
                         ev.request_id,
@@ -691,14 +734,28 @@ class Actor:
                 if ending is not None and ending.kind != "in_flight":
                     self._resolve(msg.request_id, result_of(msg.request_id, ending))
         flight = self._flight
-        if flight is not None and not flight.running:
-            state = self.state
-            assert isinstance(state, (Pending, Streaming)) and state.config is not None
+        state = self.state
+        if flight is not None and not flight.running and isinstance(state, (Pending, Streaming)):
+            config = state.config
+            assert config is not None
             request = ChatRequest(
-                flight.request_id, state.config.model, tuple(request_messages(state))
+                flight.request_id,
+                config.model,
+                tuple(request_messages(state)),
+                config.tools,
+                config.tool_choice,
+                state.request.round,
             )
             flight.running = True
             rt.nursery.start_soon(self._request, flight, request, name="turnledger.request")
+
+    def _start_tools(self, flight: _Flight, calls: Sequence[ToolCall]) -> None:
+        tools = self.rt.tools_of(self.session_id)
+        for call in calls:
+            flight.tools_running += 1
+            self.rt.nursery.start_soon(
+                self._tool, flight, call, tools.get(call.name), name="turnledger.tool"
+            )
 
     def _resolve(self, request_id: RequestId, result: TurnResult) -> None:
         for ticket in self._waiting.pop(request_id, ()):
@@ -725,7 +782,7 @@ class Actor:
         structlog.contextvars.bind_contextvars(request_id=rid)
         rt.counters.request_tasks += 1
         try:
-            with flight.scope:
+            with flight.open_scope():
                 msg: Message
                 try:
                     completion = await rt.provider.complete(request, flight)
@@ -733,15 +790,20 @@ class Actor:
                     # Typed as a discard reason; a third-party provider may
                     # still set anything at run time.
                     reason = exc.reason if exc.reason in DISCARD_REASONS else "provider_error"
-                    msg = Failed(rid, Failure(reason, str(exc)))
+                    msg = Failed(rid, Failure(reason, str(exc)), request.round)
                 except Exception as exc:
                     # A provider bug must not take the hub down. Its message
                     # may hold anything, so only the type is kept.
                     flight.log.error("request_error", error=type(exc).__name__)
-                    msg = Failed(rid, Failure("provider_error", type(exc).__name__))
+                    msg = Failed(rid, Failure("provider_error", type(exc).__name__), request.round)
                 else:
                     msg = Completed(
-                        rid, completion.answer, completion.finish_reason, completion.usage
+                        rid,
+                        completion.answer,
+                        completion.finish_reason,
+                        completion.usage,
+                        request.round,
+                        completion.tool_calls,
                     )
                 # A result the provider did return is reported even if the
                 # turn was discarded meanwhile (a provider that cannot be
@@ -750,8 +812,48 @@ class Actor:
                 # late result is recorded as CompletionIgnored.
                 await self.report(msg)
         finally:
-            flight.finished = True
             rt.counters.request_tasks -= 1
+
+    # -- tool tasks --------------------------------------------------------
+
+    async def _tool(self, flight: _Flight, call: ToolCall, tool: Tool | None) -> None:
+        rid = flight.request_id
+        structlog.contextvars.bind_contextvars(request_id=rid)
+        started = trio.current_time()
+        try:
+            with flight.open_scope():
+                content, is_error = await self._run_tool(flight, call, tool)
+                ms = round((trio.current_time() - started) * 1000)
+                flight.log.info(
+                    "tool_call",
+                    tool=call.name,
+                    call_id=call.call_id,
+                    ok=not is_error,
+                    result_bytes=len(content.encode("utf-8", "replace")),
+                    duration_ms=ms,
+                )
+                # As for a provider's result: reported even if the turn ended
+                # meanwhile (a tool that shields itself), then ignored.
+                await self.report(ToolDone(rid, call.call_id, content, is_error, ms))
+        finally:
+            flight.tools_running -= 1
+
+    async def _run_tool(
+        self, flight: _Flight, call: ToolCall, tool: Tool | None
+    ) -> tuple[str, bool]:
+        if tool is None:
+            return "the tool is not available", True
+        invocation = ToolInvocation(
+            flight.request_id, call.call_id, call.name, json.loads(call.arguments)
+        )
+        try:
+            return result_text(await tool.run(invocation)), False
+        except ToolError as exc:
+            return str(exc) or "the tool failed", True
+        except Exception as exc:
+            # Its message may hold anything: the model and the log get the type.
+            flight.log.warning("tool_error", tool=call.name, error=type(exc).__name__)
+            return f"the tool failed ({type(exc).__name__})", True
 
     # -- helpers -----------------------------------------------------------
 

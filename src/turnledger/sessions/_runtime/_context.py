@@ -9,7 +9,7 @@ the hub itself: which actors exist and which are stopping is the hub's alone
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -19,6 +19,7 @@ from ...events import EventStore
 from .._messages import Start
 from .._ports import Provider
 from .._projection import Budget, TokenEstimator
+from .._tools import Tool
 from ._timers import Timers
 
 if TYPE_CHECKING:
@@ -107,3 +108,10 @@ class Runtime:
     routing: Routing
     #: The deadline and idle timers of the turns in flight.
     timers: Timers
+    #: Tool functions by name: the hub's, and those given to open_session.
+    tools: Mapping[str, Tool] = attrs.field(factory=dict)
+    session_tools: dict[str, Mapping[str, Tool]] = attrs.field(factory=dict)
+
+    def tools_of(self, session_id: str) -> Mapping[str, Tool]:
+        """The tool functions a session's calls run."""
+        return self.session_tools.get(session_id, self.tools)

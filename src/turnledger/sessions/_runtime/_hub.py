@@ -8,7 +8,7 @@ the context closes every actor: turns still in flight are discarded as
 running.
 
 Per-session settings: the hub's ``system``/``model``/``policy``/``on_busy``
-are the defaults for sessions it creates; :meth:`Hub.open_session` creates a
+and tools are the defaults for sessions it creates; :meth:`Hub.open_session` creates a
 session with other settings. Either way they are fixed in ``SessionStarted``
 when the session is first created, and stay what the log says afterwards.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import final
 
@@ -27,13 +27,22 @@ import trio
 
 from ..._errors import InvalidCommand, SessionClosed
 from ..._loops import require_trio
-from ...events import DEFAULT_CODEC, EventStore, HistoryPolicy, Ledger, OnBusy, RequestId
+from ...events import (
+    DEFAULT_CODEC,
+    EventStore,
+    HistoryPolicy,
+    Ledger,
+    OnBusy,
+    RequestId,
+    ToolErrorPolicy,
+)
 from .._history import Turn
 from .._machine import SessionState, replay
 from .._messages import Cancel, Start, Submit
 from .._ports import Provider
 from .._projection import Budget, CharTokenEstimator, TokenEstimator
 from .._results import TurnResult
+from .._tools import Tool
 from ._actor import Actor, Item
 from ._context import Config, Counters, Runtime
 from ._tickets import Ticket
@@ -200,7 +209,12 @@ class Hub:
     """Routes messages to session actors. Get one from :func:`open_hub`."""
 
     def __init__(
-        self, nursery: trio.Nursery, store: EventStore, provider: Provider, config: Config
+        self,
+        nursery: trio.Nursery,
+        store: EventStore,
+        provider: Provider,
+        config: Config,
+        tools: Mapping[str, Tool] | None = None,
     ) -> None:
         self._nursery = nursery
         self._config = config
@@ -220,6 +234,7 @@ class Hub:
             nursery=nursery,
             routing=routes,
             timers=Timers(config.idle_timeout),
+            tools=dict(tools or {}),
         )
         self._store = store
         self._janitor_scope = trio.CancelScope()
@@ -319,11 +334,14 @@ class Hub:
         model: str | None = None,
         policy: HistoryPolicy | None = None,
         on_busy: OnBusy | None = None,
+        tools: Sequence[Tool] | None = None,
     ) -> SessionState:
         """Start the session's actor, creating the session with these settings if new.
 
         Settings left ``None`` take the hub's defaults. A session that exists
-        keeps the settings of its ``SessionStarted``.
+        keeps the settings of its ``SessionStarted``. ``tools`` replace the
+        hub's for this session: their definitions are recorded when the
+        session is created, their functions run its calls from now on.
 
         Returns:
             The session's state once its actor runs.
@@ -335,12 +353,16 @@ class Hub:
         """
         _check_id("session id", session_id)
         base = self._config.start
-        start = Start(
-            base.system if system is None else system,
-            base.model if model is None else model,
-            base.policy if policy is None else policy,
-            base.on_busy if on_busy is None else on_busy,
+        start = attrs.evolve(
+            base,
+            system=base.system if system is None else system,
+            model=base.model if model is None else model,
+            policy=base.policy if policy is None else policy,
+            on_busy=base.on_busy if on_busy is None else on_busy,
+            tools=base.tools if tools is None else tuple(t.spec for t in tools),
         )
+        if tools is not None:
+            self._runtime.session_tools[session_id] = _by_name(tools)
         given: dict[str, object] = {
             "system": system,
             "model": model,
@@ -436,6 +458,10 @@ async def open_hub(
     system: str = "",
     policy: HistoryPolicy | None = None,
     on_busy: OnBusy = "reject",
+    tools: Sequence[Tool] = (),
+    tool_choice: str = "auto",
+    max_tool_rounds: int = 8,
+    on_tool_error: ToolErrorPolicy = "report",
     max_request_bytes: int | None = None,
     max_prompt_tokens: int | None = None,
     token_estimator: TokenEstimator | None = None,
@@ -456,6 +482,14 @@ async def open_hub(
             defaults to :class:`~turnledger.events.Ledger`; ``on_busy`` is
             ``"reject"`` (a Submit while a turn is in flight is refused) or
             ``"supersede"`` (it discards the turn in flight and goes ahead).
+        tools: tools the model may call in sessions the hub creates (their
+            definitions are sent with every request); a turn then takes
+            rounds of calls before its answer, committed all together.
+        tool_choice: ``auto``, ``required`` or ``none`` (OpenAI servers).
+        max_tool_rounds: rounds of tool calls a turn may take before it is
+            discarded as ``limit``.
+        on_tool_error: ``report`` (a tool's error is the call's result, the
+            model goes on) or ``stop`` (the turn is discarded as ``tool_error``).
         max_request_bytes: cap on the encoded request body; ``None`` for none.
         max_prompt_tokens: optional second cap, on the estimated prompt
             tokens (``token_estimator``, default :class:`CharTokenEstimator`).
@@ -480,8 +514,18 @@ async def open_hub(
             :func:`turnledger.aio.open_hub`).
     """
     require_trio("open_hub")
+    by_name = _by_name(tools)
     config = Config(
-        start=Start(system, model, Ledger() if policy is None else policy, on_busy),
+        start=Start(
+            system,
+            model,
+            Ledger() if policy is None else policy,
+            on_busy,
+            tuple(t.spec for t in tools),
+            tool_choice,
+            max_tool_rounds,
+            on_tool_error,
+        ),
         max_request_bytes=max_request_bytes,
         max_prompt_tokens=max_prompt_tokens,
         token_estimator=token_estimator or CharTokenEstimator(),
@@ -495,7 +539,7 @@ async def open_hub(
     unwrapped: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            hub = Hub(nursery, store, provider, config)
+            hub = Hub(nursery, store, provider, config, by_name)
             try:
                 yield hub
             finally:
@@ -508,3 +552,10 @@ async def open_hub(
         unwrapped = group.exceptions[0]
     if unwrapped is not None:
         raise unwrapped
+
+
+def _by_name(tools: Sequence[Tool]) -> dict[str, Tool]:
+    out = {t.name: t for t in tools}
+    if len(out) != len(tools):
+        raise InvalidCommand("two tools have the same name")
+    return out

@@ -16,6 +16,9 @@ from ...events import (
     CompletionIgnored,
     Event,
     SessionStarted,
+    ToolCallsRequested,
+    ToolResultRecorded,
+    ToolRoundSubmitted,
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
@@ -166,4 +169,16 @@ def transition_fields(event: Event) -> dict[str, Any]:
         out["detail"] = event.detail
     elif isinstance(event, CompletionIgnored):
         out["outcome"] = event.outcome
+    elif isinstance(event, ToolCallsRequested):
+        out["round"] = event.round
+        out["tools"] = [c.name for c in event.calls]
+        out["call_ids"] = [c.call_id for c in event.calls]
+    elif isinstance(event, ToolResultRecorded):
+        out["call_id"] = event.call_id
+        out["is_error"] = event.is_error
+        out["result_chars"] = len(event.content)
+        out["duration_ms"] = event.duration_ms
+    elif isinstance(event, ToolRoundSubmitted):
+        out["round"] = event.round
+        out["request_bytes"] = event.request_bytes
     return out
