@@ -112,23 +112,41 @@ def _bare_main(deltas: int) -> None:
 
 
 def _probe_main(url: str) -> None:
-    # One GET /healthz every 0.25 s; prints each latency (inf for a failure)
-    # when told to stop.
+    # One GET /healthz every 0.25 s on a fresh connection, timed in two
+    # parts: the TCP connect (a full accept queue shows here) and the
+    # response after it (a starved event loop shows here). Prints one
+    # "connect,response" pair per probe (inf for a failure) when told to stop.
+    import socket
     import threading
+    from urllib.parse import urlsplit
 
+    parts = urlsplit(url)
+    address = (parts.hostname or "127.0.0.1", parts.port or 80)
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    times: list[float] = []
-    with httpx.Client(base_url=url, timeout=10) as client:
-        while not stop.is_set():
-            t = time.perf_counter()
-            try:
-                ok = client.get("/healthz").status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            times.append(time.perf_counter() - t if ok else float("inf"))
-            stop.wait(0.25)
-    print(" ".join(str(x) for x in times), flush=True)
+    pairs: list[tuple[float, float]] = []
+    while not stop.is_set():
+        connect = response = float("inf")
+        t = time.perf_counter()
+        try:
+            with socket.create_connection(address, timeout=10) as sock:
+                connect = time.perf_counter() - t
+                t = time.perf_counter()
+                sock.sendall(request)
+                reply = b""
+                while b"\r\n\r\n" not in reply:
+                    more = sock.recv(4096)
+                    if not more:
+                        break
+                    reply += more
+                if reply.startswith(b"HTTP/1.1 200"):
+                    response = time.perf_counter() - t
+        except OSError:
+            pass
+        pairs.append((connect, response))
+        stop.wait(0.25)
+    print(" ".join(f"{c},{r}" for c, r in pairs), flush=True)
 
 
 def _spawn(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -156,6 +174,8 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
     outcomes: list[str] = []
     health: list[float] = []
     failures: list[str] = []
+    #: What each client that did not get a committed outcome saw, by client.
+    misses: dict[int, str] = {}
 
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as client:
 
@@ -164,25 +184,39 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
             first = None
             n = 0
             kind = "none"
+            acked = False
             try:
                 async with client.stream(
                     "POST", f"/v1/sessions/load-{i}/turns", json={"question": f"q{i}"}
                 ) as r:
-                    # Counting frames in the raw bytes keeps the clients' own
-                    # CPU low (they share the machine with the service).
-                    tail = b""
-                    async for chunk in r.aiter_raw():
-                        seen = tail[-16:] + chunk
-                        found = seen.count(b"event: delta\n")
-                        if found and first is None:
-                            first = time.perf_counter() - started
-                        n += found
-                        tail = (tail + chunk)[-4096:]
-                    last = tail.rsplit(b"event: outcome\ndata: ", 1)
-                    if len(last) == 2:
-                        kind = orjson.loads(last[1].split(b"\n", 1)[0])["kind"]
+                    if r.status_code != 200:
+                        body = (await r.aread())[:200].decode(errors="replace")
+                        misses[i] = f"refused: HTTP {r.status_code} {body}"
+                    else:
+                        # Counting frames in the raw bytes keeps the clients'
+                        # own CPU low (they share the machine with the service).
+                        tail = b""
+                        async for chunk in r.aiter_raw():
+                            acked = acked or b"event: turn\n" in tail[-16:] + chunk
+                            seen = tail[-16:] + chunk
+                            found = seen.count(b"event: delta\n")
+                            if found and first is None:
+                                first = time.perf_counter() - started
+                            n += found
+                            tail = (tail + chunk)[-4096:]
+                        last = tail.rsplit(b"event: outcome\ndata: ", 1)
+                        if len(last) == 2:
+                            outcome = orjson.loads(last[1].split(b"\n", 1)[0])
+                            kind = outcome["kind"]
+                            if kind != "committed":
+                                why = outcome.get("reason"), outcome.get("detail")
+                                misses[i] = f"acknowledged, outcome {kind} {why}"
+                        else:
+                            misses[i] = f"acknowledged={acked}, stream ended without an outcome"
             except httpx.HTTPError as exc:
                 failures.append(type(exc).__name__)
+                when = "after the turn event" if acked else "never accepted"
+                misses[i] = f"{when}: {type(exc).__name__}"
             if first is not None:
                 firsts.append(first)
             counts.append(n)
@@ -202,7 +236,10 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
         elapsed = time.perf_counter() - t0
         prober.send_signal(signal.SIGTERM)
         out, _ = prober.communicate(timeout=30)
-        health = [float(x) for x in out.split()]
+        probes = [tuple(float(x) for x in pair.split(",")) for pair in out.decode().split()]
+        health = [r if c != float("inf") else c for c, r in probes]
+        connects = [c for c, _ in probes if c != float("inf")]
+        responses = [r for _, r in probes if r != float("inf")]
     firsts.sort()
     return {
         "elapsed": elapsed,
@@ -216,23 +253,43 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
         "health_probes": len(health),
         "health_failed": sum(1 for h in health if h == float("inf")),
         "health_max": max(health) if health else float("nan"),
+        "health_connect": _median_max(connects),
+        "health_response": _median_max(responses),
+        "misses": misses,
     }
 
 
-def _check_store(db: Path, clients: int) -> tuple[int, int, int]:
+def _median_max(xs: list[float]) -> tuple[float, float]:
+    return (statistics.median(xs), max(xs)) if xs else (float("nan"), float("nan"))
+
+
+def _check_store(db: Path, clients: int) -> tuple[int, int, int, dict[str, str]]:
+    """Committed sessions, lost ones, duplicated ones, and for each session
+    without a committed turn the last event it holds ("" for none)."""
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         rows = con.execute(
             "select session_id, tag, count(*) from events "
             "where tag in ('turn_submitted','turn_committed') group by 1, 2"
         ).fetchall()
+        last = dict(
+            con.execute(
+                "select session_id, tag from events e where seq = "
+                "(select max(seq) from events where session_id = e.session_id)"
+            ).fetchall()
+        )
     finally:
         con.close()
     committed = {s: n for s, t, n in rows if t == "turn_committed"}
     submitted = {s: n for s, t, n in rows if t == "turn_submitted"}
     duplicated = sum(1 for n in list(committed.values()) + list(submitted.values()) if n != 1)
     lost = clients - len(committed)
-    return len(committed), lost, duplicated
+    missing = {
+        f"load-{i}": last.get(f"load-{i}", "")
+        for i in range(clients)
+        if f"load-{i}" not in committed
+    }
+    return len(committed), lost, duplicated, missing
 
 
 def _round(kind: str, clients: int, deltas: int, loopback_url: str) -> dict[str, Any]:
@@ -259,6 +316,10 @@ def _round(kind: str, clients: int, deltas: int, loopback_url: str) -> dict[str,
             result["store"] = _check_store(db, clients)
     result["cpu_us_per_delta"] = 1e6 * result["cpu"] / max(result["deltas"], 1)
     return result
+
+
+def _ms(pair: tuple[float, float]) -> str:
+    return f"{1000 * pair[0]:.0f}/{1000 * pair[1]:.0f} ms"
 
 
 def main() -> None:
@@ -295,12 +356,21 @@ def main() -> None:
                     f"{res['complete']}/{args.clients} streams complete, "
                     f"{res['committed']} committed outcomes, {len(res['failures'])} errors, "
                     f"healthz {res['health_probes'] - res['health_failed']}/{res['health_probes']}"
-                    f" ok (max {1000 * res['health_max']:.0f} ms), exit {res['exit']}"
+                    f" ok (max {1000 * res['health_max']:.0f} ms; median/max connect "
+                    f"{_ms(res['health_connect'])}, response {_ms(res['health_response'])})"
+                    f", exit {res['exit']}"
                 )
                 if kind == "serve":
-                    stored, lost, dup = res["store"]
+                    stored, lost, dup, missing = res["store"]
                     line += f"; store: {stored} committed, {lost} lost, {dup} duplicated"
                     ok &= lost == 0 and dup == 0 and res["committed"] == args.clients
+                    # An acknowledged turn ("turn" event sent) that is missing
+                    # from the store is a correctness bug; a client that was
+                    # never accepted is a load figure. Say which each one was.
+                    for session, tag in sorted(missing.items()):
+                        seen = res["misses"].get(int(session.rsplit("-", 1)[1]), "committed")
+                        where = f"last event {tag}" if tag else "no events in the store"
+                        line += f"\n  not committed: {session}: client saw {seen}; {where}"
                     ok &= res["health_failed"] == 0
                 ok &= res["complete"] == args.clients
                 if res["failures"]:

@@ -104,7 +104,14 @@ def _client(args: argparse.Namespace) -> Any:
     from ..adapters.providers.ollama import DEFAULT_OLLAMA_TIMEOUT
     from ..adapters.providers.openai import DEFAULT_TIMEOUT
 
-    timeout = DEFAULT_OLLAMA_TIMEOUT if args.provider == "ollama" else DEFAULT_TIMEOUT
+    default = DEFAULT_OLLAMA_TIMEOUT if args.provider == "ollama" else DEFAULT_TIMEOUT
+    # The session's --idle-timeout decides how long a silent model server
+    # may take; a shorter HTTP read timeout would end the turn first (as a
+    # provider "read timeout") whatever the option says.
+    read = max(default.read or 0.0, args.idle_timeout)
+    timeout = httpx.Timeout(
+        connect=default.connect, read=read, write=default.write, pool=default.pool
+    )
     n = args.max_connections
     return httpx.AsyncClient(
         timeout=timeout, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n)
