@@ -125,9 +125,11 @@ def _probe_main(url: str) -> None:
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    pairs: list[tuple[float, float]] = []
+    pairs: list[tuple[float, float, str]] = []
+    began = time.perf_counter()
     while not stop.is_set():
         connect = response = float("inf")
+        failed = ""
         t = time.perf_counter()
         try:
             with socket.create_connection(address, timeout=10) as sock:
@@ -142,11 +144,19 @@ def _probe_main(url: str) -> None:
                     reply += more
                 if reply.startswith(b"HTTP/1.1 200"):
                     response = time.perf_counter() - t
-        except OSError:
-            pass
-        pairs.append((connect, response))
+                else:
+                    failed = f"{reply[:12].decode(errors='replace')!r}".replace(" ", "_")
+        except OSError as exc:
+            failed = type(exc).__name__
+        if failed:
+            # Which step failed, after how long, and when into the load: a
+            # connect that timed out means a full accept queue, a response
+            # that the loop did not get to it.
+            step = "connect" if connect == float("inf") else "response"
+            failed = f"{step}:{failed}:{time.perf_counter() - t:.1f}s@{t - began:.0f}s"
+        pairs.append((connect, response, failed))
         stop.wait(0.25)
-    print(" ".join(f"{c},{r}" for c, r in pairs), flush=True)
+    print(" ".join(f"{c},{r},{f}" for c, r, f in pairs), flush=True)
 
 
 def _spawn(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -236,10 +246,11 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
         elapsed = time.perf_counter() - t0
         prober.send_signal(signal.SIGTERM)
         out, _ = prober.communicate(timeout=30)
-        probes = [tuple(float(x) for x in pair.split(",")) for pair in out.decode().split()]
-        health = [r if c != float("inf") else c for c, r in probes]
-        connects = [c for c, _ in probes if c != float("inf")]
-        responses = [r for _, r in probes if r != float("inf")]
+        probes = [pair.split(",") for pair in out.decode().split()]
+        health = [float(r) if c != "inf" else float(c) for c, r, _ in probes]
+        probe_failures = [f for _, _, f in probes if f]
+        connects = [float(c) for c, _, _ in probes if c != "inf"]
+        responses = [float(r) for _, r, _ in probes if r != "inf"]
     firsts.sort()
     return {
         "elapsed": elapsed,
@@ -252,6 +263,7 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
         "failures": failures,
         "health_probes": len(health),
         "health_failed": sum(1 for h in health if h == float("inf")),
+        "health_failures": probe_failures,
         "health_max": max(health) if health else float("nan"),
         "health_connect": _median_max(connects),
         "health_response": _median_max(responses),
@@ -373,6 +385,8 @@ def main() -> None:
                         line += f"\n  not committed: {session}: client saw {seen}; {where}"
                     ok &= res["health_failed"] == 0
                 ok &= res["complete"] == args.clients
+                if res["health_failures"]:
+                    line += f"; failed probes: {' '.join(res['health_failures'])}"
                 if res["failures"]:
                     kinds = sorted(set(res["failures"]))
                     line += f"; client errors: {', '.join(kinds)}"
