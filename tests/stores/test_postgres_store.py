@@ -1,6 +1,8 @@
 import json
 import os
 import socket
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from turnledger import (
     StoreUnavailable,
 )
 from turnledger.adapters.stores import PostgresStore
+from turnledger.adapters.stores._io_thread import Call as _Call
 from turnledger.adapters.stores.postgres import SCHEMA_VERSION
 from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
 from turnledger.testing import EventStoreContract, sample_events
@@ -35,6 +38,24 @@ class TestPostgresStore(EventStoreContract):
 
     async def open_store(self, path: Path) -> EventStore:
         return await PostgresStore.open(self.dsn)
+
+    async def settle(self, store: EventStore) -> None:
+        await _settle(self.dsn)
+
+
+async def _settle(dsn: str) -> None:
+    """Wait until every transaction begun on the server before this call has
+    ended: other tests' writers (on this shared server) hold the feed back."""
+    import psycopg
+
+    def wait() -> None:
+        snapshot = "SELECT pg_snapshot_{}(pg_current_snapshot())::text::int8"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            (xmax,) = conn.execute(snapshot.format("xmax")).fetchone()  # type: ignore[misc]
+            while conn.execute(snapshot.format("xmin")).fetchone()[0] < xmax:  # type: ignore[index]
+                time.sleep(0.01)
+
+    await trio.to_thread.run_sync(wait)
 
 
 def _events(session_id: str, after: int, n: int = 3) -> list[StoredEvent]:
@@ -297,17 +318,33 @@ async def test_appends_that_wait_together_share_one_transaction(pg_dsn: str) -> 
             except ConcurrencyConflict as exc:
                 results[sid] = exc
 
+        # Hold the writer thread until all 41 appends wait in its queue, so
+        # that they wait together however the machine schedules threads.
+        entered, held = threading.Event(), threading.Event()
+
+        def hold(_: object) -> None:
+            entered.set()
+            held.wait(30)
+
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.call, _Call(hold))
+            await trio.to_thread.run_sync(entered.wait, 30)
             for i in range(40):
                 nursery.start_soon(one, f"s{i}", 0)
             nursery.start_soon(one, "stale", 0)  # the stream is at 1: refused alone
+            with trio.fail_after(30):
+                while writer.queue.qsize() < 41:
+                    await trio.sleep(0.01)
+            held.set()
         committed = writer.transactions - before
-        assert 1 <= committed < 20, committed  # grouped, not one transaction each
+        assert committed == 1  # one transaction for all, not one each
         assert all(results[f"s{i}"] == 3 for i in range(40))
         assert isinstance(results["stale"], ConcurrencyConflict)
         assert results["stale"].actual_version == 1
         assert len(await store.read("stale")) == 1
         # Within a transaction, positions follow the order of the appends.
+        with trio.fail_after(30):
+            await _settle(pg_dsn)
         feed = await store.read_all()
         assert len(feed) == 1 + 40 * 3 and len({e.position for e in feed}) == len(feed)
     finally:
@@ -456,3 +493,4 @@ async def test_a_stream_moved_by_another_store_conflicts_alone_in_its_group(
     assert all(results[f"t{i}"] == 3 for i in range(5))
     assert await a.append("s", _events("s", 6), 6) == 9
     assert [e.seq for e in await b.read("s")] == list(range(1, 10))
+
