@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from psycopg import sql
 
 from _procs import readline_within, spawn
 from turnledger import (
@@ -494,3 +495,68 @@ async def test_a_stream_moved_by_another_store_conflicts_alone_in_its_group(
     assert await a.append("s", _events("s", 6), 6) == 9
     assert [e.seq for e in await b.read("s")] == list(range(1, 10))
 
+
+class _PausedQuery(sql.Composable):
+    """A query that holds the writer thread while it is being sent: the
+    append's transaction is open, its lease row locked."""
+
+    def __init__(self, query: object) -> None:
+        super().__init__(query)
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def as_bytes(self, context: object = None) -> bytes:
+        self.reached.set()
+        self.go.wait(60)
+        return self._obj.as_bytes(context)  # type: ignore[no-any-return]
+
+
+async def test_an_owner_stalled_inside_an_append_loses_the_session_after_its_lease(
+    pg_dsn: str,
+) -> None:
+    a = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    b = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    try:
+        await a.acquire("s")
+        await a.append("s", _events("s", 0), 0)
+        # a stalls in the middle of its next append, between the check of its
+        # lease (the row locked) and the INSERT, and renews no more.
+        paused = a._q_insert = _PausedQuery(a._q_insert)
+        a._stop.set()
+        assert a._renewer is not None
+        await trio.to_thread.run_sync(a._renewer.join)
+        stale: list[object] = []
+
+        async def append_stale() -> None:
+            try:
+                stale.append(await a.append("s", _events("s", 3), 3))
+            except LeaseLost as exc:
+                stale.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append_stale)
+            try:
+                await trio.to_thread.run_sync(paused.reached.wait, 30)
+                # b takes the session over once the lease has run out,
+                # whatever a's append is doing.
+                with trio.fail_after(10):
+                    while True:
+                        try:
+                            await b.acquire("s")
+                            break
+                        except SessionOwnedElsewhere:
+                            await trio.sleep(0.1)
+                assert [x.epoch for x in await b.owners()] == [2]
+                assert await b.append("s", _events("s", 3), 3) == 6
+            finally:
+                paused.go.set()  # a wakes up: its append is refused, writes nothing
+        [refused] = stale
+        assert isinstance(refused, LeaseLost)
+        assert (refused.epoch, refused.current_epoch) == (1, 2)
+        assert [e.payload for e in await b.read("s")] == [
+            e.payload for e in _events("s", 0) + _events("s", 3)
+        ]
+    finally:
+        paused.go.set()
+        await a.aclose()
+        await b.aclose()
