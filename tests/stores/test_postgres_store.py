@@ -560,3 +560,53 @@ async def test_an_owner_stalled_inside_an_append_loses_the_session_after_its_lea
         paused.go.set()
         await a.aclose()
         await b.aclose()
+
+
+async def test_an_append_queued_before_the_loss_was_found_is_refused(pg_dsn: str) -> None:
+    a = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    b = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    try:
+        await a.acquire("s")
+        await a.append("s", _events("s", 0), 0)
+        a._stop.set()  # a stalls: its lease runs out, b takes the session
+        assert a._renewer is not None
+        await trio.to_thread.run_sync(a._renewer.join)
+        with trio.fail_after(10):
+            while True:
+                try:
+                    await b.acquire("s")
+                    break
+                except SessionOwnedElsewhere:
+                    await trio.sleep(0.1)
+        writer = a._writer
+        assert writer is not None
+        entered, held = threading.Event(), threading.Event()
+
+        def hold(_: object) -> None:
+            entered.set()
+            held.wait(30)
+
+        stale: list[object] = []
+
+        async def append_stale() -> None:
+            try:
+                stale.append(await a.append("s", _events("s", 3), 3))
+            except LeaseLost as exc:
+                stale.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.call, _Call(hold))
+            await trio.to_thread.run_sync(entered.wait, 30)
+            nursery.start_soon(append_stale)  # queued while a still thinks it owns s
+            with trio.fail_after(30):
+                while writer.queue.qsize() < 1:
+                    await trio.sleep(0.01)
+            # a's renewal finds the loss while the append waits in the queue
+            assert await trio.to_thread.run_sync(a._renew_sync) == ["s"]
+            held.set()
+        [refused] = stale
+        assert isinstance(refused, LeaseLost) and refused.epoch == 1
+        assert len(await b.read("s")) == 3  # nothing written by a
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -361,10 +361,15 @@ class _Writer(_Thread[Any]):
         done: list[tuple[_Request, outcome.Outcome[Any]]] = []
         accepted: list[_Append] = []
         committing = False
+        xid: int | None = None
         try:
             conn = self.connection()
             sids = list(dict.fromkeys(r.session_id for r in group))
-            held = {sid: store._leases[sid] for sid in sids if sid in store._leases}
+            with store._lease_lock:
+                held = {sid: store._leases[sid] for sid in sids if sid in store._leases}
+                # Found taken over (by a renewal) since the append was queued:
+                # refused as stale, never written unfenced.
+                gone = {sid: store._lost[sid] for sid in sids if sid in store._lost}
             # Versions this writer committed last are trusted when the caller
             # expects them (had another writer moved the stream, the unique
             # key refuses the rows); others are looked up.
@@ -382,18 +387,28 @@ class _Writer(_Thread[Any]):
             # waits "idle in transaction", under its timeout, while this
             # thread builds the INSERT.
             with conn.pipeline() as pipe, conn.transaction(), conn.cursor() as cur:
+                # The transaction's id, to learn its fate if the connection
+                # is lost around COMMIT; and, when it locks lease rows, the
+                # mark of this store's appends for a takeover (break_stalled).
                 if held:
-                    # Marks this transaction as this store's, for a takeover
-                    # that finds the lease rows locked (see _break_stalled).
-                    conn.execute(store._q_mark, (store._token,))
+                    mark = conn.execute(store._q_mark, (store._token,))
+                else:
+                    mark = conn.execute(store._q_xid)
                 cur.execute(store._q_check, (list(held), ask))
                 pipe.sync()
+                xid = mark.fetchall()[0][0]
                 for kind, sid, value in cur.fetchall():
                     (epochs if kind == "f" else seen)[sid] = value
                 rows: list[tuple[Any, ...]] = []
                 for req in group:
                     sid = req.session_id
                     mine = held.get(sid)
+                    if mine is None and sid in gone:
+                        was = gone[sid]
+                        done.append(
+                            (req, outcome.Error(LeaseLost(sid, was.epoch, was.current_epoch)))
+                        )
+                        continue
                     if mine is not None and epochs.get(sid) != mine:
                         lost = LeaseLost(sid, mine, epochs.get(sid))
                         store._forget(lost)
@@ -413,7 +428,10 @@ class _Writer(_Thread[Any]):
             # leaving the transaction block committed it
         except Exception as exc:
             self.versions.clear()
-            if not retried and _not_committed(exc, committing, self.pg):
+            fate = None if xid is None else self.fate(xid, exc)
+            if fate == "committed":  # only the answer to COMMIT was lost
+                return self.committed(done, accepted, seen)
+            if not retried and (fate == "aborted" or _not_committed(exc, committing, self.pg)):
                 # The connection was lost (the server ended it, or this
                 # process was stopped past idle_in_transaction_session_timeout):
                 # nothing of this transaction was written; again, reconnected.
@@ -434,6 +452,35 @@ class _Writer(_Thread[Any]):
                 failure = StoreError(f"append to {req.session_id!r} failed: {type(exc).__name__}")
                 failure.__cause__ = exc
             return [(req, outcome.Error(failure))]
+        return self.committed(done, accepted, seen)
+
+    def fate(self, xid: int, exc: Exception) -> str | None:
+        """Whether the transaction ``xid`` of a lost connection committed
+        (``"committed"``, ``"aborted"``; ``None`` when it cannot be told),
+        asked on a new connection."""
+        import psycopg
+
+        if not isinstance(exc, psycopg.OperationalError):
+            return None  # the server answered: the error is the outcome
+        conn = self.pg
+        if conn is not None and not (conn.closed or conn.broken):
+            if not isinstance(exc, psycopg.errors.AdminShutdown):
+                return None
+            conn.close()  # ended by a takeover, not yet seen as broken
+        try:
+            conn = self.connection()
+            with conn.transaction():
+                row = conn.execute("SELECT pg_xact_status(%s::text::xid8)", (str(xid),)).fetchone()
+        except psycopg.Error:
+            return None
+        return None if row is None or row[0] not in ("committed", "aborted") else str(row[0])
+
+    def committed(
+        self,
+        done: list[tuple[_Request, outcome.Outcome[Any]]],
+        accepted: list[_Append],
+        seen: dict[str, int],
+    ) -> list[tuple[_Request, outcome.Outcome[Any]]]:
         self.transactions += 1
         if len(self.versions) > _VERSION_CACHE_LIMIT:
             self.versions.clear()
@@ -538,7 +585,11 @@ class PostgresStore:
         # Every append transaction that locks lease rows first takes this
         # store's shared advisory lock, so that a takeover can tell which
         # backend holds the rows of an expired lease, and end it.
-        self._q_mark = sql.SQL("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))")
+        self._q_xid = sql.SQL("SELECT pg_current_xact_id()::text::int8")
+        self._q_mark = sql.SQL(
+            "SELECT pg_current_xact_id()::text::int8,"
+            " pg_advisory_xact_lock_shared(hashtextextended(%s, 0))"
+        )
         self._q_break = sql.SQL(_BREAK).format(lt)
         self._q_holders = sql.SQL(_LEASE_STATE + " WHERE l.session_id = ANY(%s)").format(lt)
         self._writer = None if read_only else _Writer(self, max_group)
