@@ -3,7 +3,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -69,6 +69,30 @@ def _events(session_id: str, after: int, n: int = 3) -> list[StoredEvent]:
         )
         for i in range(1, n + 1)
     ]
+
+
+def _hold(entered: threading.Event, go: threading.Event) -> Callable[[object], None]:
+    """A call that holds a store's writer thread until ``go`` is set."""
+
+    def hold(_: object) -> None:
+        entered.set()
+        go.wait(30)
+
+    return hold
+
+
+@pytest.fixture
+async def owned(pg_dsn: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    """Two stores with one-second leases; the first owns "s", at version 3."""
+    a = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    b = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    try:
+        await a.acquire("s")
+        await a.append("s", _events("s", 0), 0)
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
 
 
 @pytest.fixture
@@ -323,12 +347,8 @@ async def test_appends_that_wait_together_share_one_transaction(pg_dsn: str) -> 
         # that they wait together however the machine schedules threads.
         entered, held = threading.Event(), threading.Event()
 
-        def hold(_: object) -> None:
-            entered.set()
-            held.wait(30)
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer.call, _Call(hold))
+            nursery.start_soon(writer.call, _Call(_hold(entered, held)))
             await trio.to_thread.run_sync(entered.wait, 30)
             for i in range(40):
                 nursery.start_soon(one, f"s{i}", 0)
@@ -496,6 +516,31 @@ async def test_a_stream_moved_by_another_store_conflicts_alone_in_its_group(
     assert [e.seq for e in await b.read("s")] == list(range(1, 10))
 
 
+async def _append_or_lost(store: PostgresStore, into: list[object]) -> None:
+    """Append 3 events after 3 to "s"; the new version or the LeaseLost."""
+    try:
+        into.append(await store.append("s", _events("s", 3), 3))
+    except LeaseLost as exc:
+        into.append(exc)
+
+
+async def _stop_renewing(store: PostgresStore) -> None:
+    store._stop.set()
+    assert store._renewer is not None
+    await trio.to_thread.run_sync(store._renewer.join)
+
+
+async def _take_over(store: PostgresStore, session_id: str) -> None:
+    """Acquire ``session_id`` as soon as its owner's lease lets go (10 s at most)."""
+    with trio.fail_after(10):
+        while True:
+            try:
+                await store.acquire(session_id)
+                return
+            except SessionOwnedElsewhere:
+                await trio.sleep(0.1)
+
+
 class _PausedQuery(sql.Composable):
     """A query that holds the writer thread while it is being sent: the
     append's transaction is open, its lease row locked."""
@@ -512,101 +557,56 @@ class _PausedQuery(sql.Composable):
 
 
 async def test_an_owner_stalled_inside_an_append_loses_the_session_after_its_lease(
-    pg_dsn: str,
+    owned: tuple[PostgresStore, PostgresStore],
 ) -> None:
-    a = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
-    b = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
-    try:
-        await a.acquire("s")
-        await a.append("s", _events("s", 0), 0)
-        # a stalls in the middle of its next append, between the check of its
-        # lease (the row locked) and the INSERT, and renews no more.
-        paused = a._q_insert = _PausedQuery(a._q_insert)
-        a._stop.set()
-        assert a._renewer is not None
-        await trio.to_thread.run_sync(a._renewer.join)
-        stale: list[object] = []
+    a, b = owned
+    # a stalls in the middle of its next append, between the check of its
+    # lease (the row locked) and the INSERT, and renews no more.
+    paused = a._q_insert = _PausedQuery(a._q_insert)
+    await _stop_renewing(a)
+    stale: list[object] = []
 
-        async def append_stale() -> None:
-            try:
-                stale.append(await a.append("s", _events("s", 3), 3))
-            except LeaseLost as exc:
-                stale.append(exc)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(append_stale)
-            try:
-                await trio.to_thread.run_sync(paused.reached.wait, 30)
-                # b takes the session over once the lease has run out,
-                # whatever a's append is doing.
-                with trio.fail_after(10):
-                    while True:
-                        try:
-                            await b.acquire("s")
-                            break
-                        except SessionOwnedElsewhere:
-                            await trio.sleep(0.1)
-                assert [x.epoch for x in await b.owners()] == [2]
-                assert await b.append("s", _events("s", 3), 3) == 6
-            finally:
-                paused.go.set()  # a wakes up: its append is refused, writes nothing
-        [refused] = stale
-        assert isinstance(refused, LeaseLost)
-        assert (refused.epoch, refused.current_epoch) == (1, 2)
-        assert [e.payload for e in await b.read("s")] == [
-            e.payload for e in _events("s", 0) + _events("s", 3)
-        ]
-    finally:
-        paused.go.set()
-        await a.aclose()
-        await b.aclose()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_append_or_lost, a, stale)
+        try:
+            await trio.to_thread.run_sync(paused.reached.wait, 30)
+            # b takes the session over once the lease has run out,
+            # whatever a's append is doing.
+            await _take_over(b, "s")
+            assert [x.epoch for x in await b.owners()] == [2]
+            assert await b.append("s", _events("s", 3), 3) == 6
+        finally:
+            paused.go.set()  # a wakes up: its append is refused, writes nothing
+    [refused] = stale
+    assert isinstance(refused, LeaseLost)
+    assert (refused.epoch, refused.current_epoch) == (1, 2)
+    assert [e.payload for e in await b.read("s")] == [
+        e.payload for e in _events("s", 0) + _events("s", 3)
+    ]
 
 
-async def test_an_append_queued_before_the_loss_was_found_is_refused(pg_dsn: str) -> None:
-    a = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
-    b = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
-    try:
-        await a.acquire("s")
-        await a.append("s", _events("s", 0), 0)
-        a._stop.set()  # a stalls: its lease runs out, b takes the session
-        assert a._renewer is not None
-        await trio.to_thread.run_sync(a._renewer.join)
-        with trio.fail_after(10):
-            while True:
-                try:
-                    await b.acquire("s")
-                    break
-                except SessionOwnedElsewhere:
-                    await trio.sleep(0.1)
-        writer = a._writer
-        assert writer is not None
-        entered, held = threading.Event(), threading.Event()
+async def test_an_append_queued_before_the_loss_was_found_is_refused(
+    owned: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = owned
+    await _stop_renewing(a)  # a stalls: its lease runs out, b takes the session
+    await _take_over(b, "s")
+    writer = a._writer
+    assert writer is not None
+    entered, held = threading.Event(), threading.Event()
 
-        def hold(_: object) -> None:
-            entered.set()
-            held.wait(30)
+    stale: list[object] = []
 
-        stale: list[object] = []
-
-        async def append_stale() -> None:
-            try:
-                stale.append(await a.append("s", _events("s", 3), 3))
-            except LeaseLost as exc:
-                stale.append(exc)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer.call, _Call(hold))
-            await trio.to_thread.run_sync(entered.wait, 30)
-            nursery.start_soon(append_stale)  # queued while a still thinks it owns s
-            with trio.fail_after(30):
-                while writer.queue.qsize() < 1:
-                    await trio.sleep(0.01)
-            # a's renewal finds the loss while the append waits in the queue
-            assert await trio.to_thread.run_sync(a._renew_sync) == ["s"]
-            held.set()
-        [refused] = stale
-        assert isinstance(refused, LeaseLost) and refused.epoch == 1
-        assert len(await b.read("s")) == 3  # nothing written by a
-    finally:
-        await a.aclose()
-        await b.aclose()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.call, _Call(_hold(entered, held)))
+        await trio.to_thread.run_sync(entered.wait, 30)
+        nursery.start_soon(_append_or_lost, a, stale)  # queued while a still thinks it owns s
+        with trio.fail_after(30):
+            while writer.queue.qsize() < 1:
+                await trio.sleep(0.01)
+        # a's renewal finds the loss while the append waits in the queue
+        assert await trio.to_thread.run_sync(a._renew_sync) == ["s"]
+        held.set()
+    [refused] = stale
+    assert isinstance(refused, LeaseLost) and refused.epoch == 1
+    assert len(await b.read("s")) == 3  # nothing written by a
