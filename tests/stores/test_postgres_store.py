@@ -1,11 +1,14 @@
 import json
 import os
 import socket
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 import trio
+from psycopg import sql
 
 from _procs import readline_within, spawn
 from turnledger import (
@@ -16,6 +19,7 @@ from turnledger import (
     StoreUnavailable,
 )
 from turnledger.adapters.stores import PostgresStore
+from turnledger.adapters.stores._io_thread import Call as _Call
 from turnledger.adapters.stores.postgres import SCHEMA_VERSION
 from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
 from turnledger.testing import EventStoreContract, sample_events
@@ -36,6 +40,24 @@ class TestPostgresStore(EventStoreContract):
     async def open_store(self, path: Path) -> EventStore:
         return await PostgresStore.open(self.dsn)
 
+    async def settle(self, store: EventStore) -> None:
+        await _settle(self.dsn)
+
+
+async def _settle(dsn: str) -> None:
+    """Wait until every transaction begun on the server before this call has
+    ended: other tests' writers (on this shared server) hold the feed back."""
+    import psycopg
+
+    def wait() -> None:
+        snapshot = "SELECT pg_snapshot_{}(pg_current_snapshot())::text::int8"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            (xmax,) = conn.execute(snapshot.format("xmax")).fetchone()  # type: ignore[misc]
+            while conn.execute(snapshot.format("xmin")).fetchone()[0] < xmax:  # type: ignore[index]
+                time.sleep(0.01)
+
+    await trio.to_thread.run_sync(wait)
+
 
 def _events(session_id: str, after: int, n: int = 3) -> list[StoredEvent]:
     return [
@@ -47,6 +69,30 @@ def _events(session_id: str, after: int, n: int = 3) -> list[StoredEvent]:
         )
         for i in range(1, n + 1)
     ]
+
+
+def _hold(entered: threading.Event, go: threading.Event) -> Callable[[object], None]:
+    """A call that holds a store's writer thread until ``go`` is set."""
+
+    def hold(_: object) -> None:
+        entered.set()
+        go.wait(30)
+
+    return hold
+
+
+@pytest.fixture
+async def owned(pg_dsn: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    """Two stores with one-second leases; the first owns "s", at version 3."""
+    a = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    b = await PostgresStore.open(pg_dsn, lease=1.0, renew_every=0.2)
+    try:
+        await a.acquire("s")
+        await a.append("s", _events("s", 0), 0)
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
 
 
 @pytest.fixture
@@ -297,17 +343,29 @@ async def test_appends_that_wait_together_share_one_transaction(pg_dsn: str) -> 
             except ConcurrencyConflict as exc:
                 results[sid] = exc
 
+        # Hold the writer thread until all 41 appends wait in its queue, so
+        # that they wait together however the machine schedules threads.
+        entered, held = threading.Event(), threading.Event()
+
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.call, _Call(_hold(entered, held)))
+            await trio.to_thread.run_sync(entered.wait, 30)
             for i in range(40):
                 nursery.start_soon(one, f"s{i}", 0)
             nursery.start_soon(one, "stale", 0)  # the stream is at 1: refused alone
+            with trio.fail_after(30):
+                while writer.queue.qsize() < 41:
+                    await trio.sleep(0.01)
+            held.set()
         committed = writer.transactions - before
-        assert 1 <= committed < 20, committed  # grouped, not one transaction each
+        assert committed == 1  # one transaction for all, not one each
         assert all(results[f"s{i}"] == 3 for i in range(40))
         assert isinstance(results["stale"], ConcurrencyConflict)
         assert results["stale"].actual_version == 1
         assert len(await store.read("stale")) == 1
         # Within a transaction, positions follow the order of the appends.
+        with trio.fail_after(30):
+            await _settle(pg_dsn)
         feed = await store.read_all()
         assert len(feed) == 1 + 40 * 3 and len({e.position for e in feed}) == len(feed)
     finally:
@@ -456,3 +514,99 @@ async def test_a_stream_moved_by_another_store_conflicts_alone_in_its_group(
     assert all(results[f"t{i}"] == 3 for i in range(5))
     assert await a.append("s", _events("s", 6), 6) == 9
     assert [e.seq for e in await b.read("s")] == list(range(1, 10))
+
+
+async def _append_or_lost(store: PostgresStore, into: list[object]) -> None:
+    """Append 3 events after 3 to "s"; the new version or the LeaseLost."""
+    try:
+        into.append(await store.append("s", _events("s", 3), 3))
+    except LeaseLost as exc:
+        into.append(exc)
+
+
+async def _stop_renewing(store: PostgresStore) -> None:
+    store._stop.set()
+    assert store._renewer is not None
+    await trio.to_thread.run_sync(store._renewer.join)
+
+
+async def _take_over(store: PostgresStore, session_id: str) -> None:
+    """Acquire ``session_id`` as soon as its owner's lease lets go (10 s at most)."""
+    with trio.fail_after(10):
+        while True:
+            try:
+                await store.acquire(session_id)
+                return
+            except SessionOwnedElsewhere:
+                await trio.sleep(0.1)
+
+
+class _PausedQuery(sql.Composable):
+    """A query that holds the writer thread while it is being sent: the
+    append's transaction is open, its lease row locked."""
+
+    def __init__(self, query: object) -> None:
+        super().__init__(query)
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def as_bytes(self, context: object = None) -> bytes:
+        self.reached.set()
+        self.go.wait(60)
+        return self._obj.as_bytes(context)  # type: ignore[no-any-return]
+
+
+async def test_an_owner_stalled_inside_an_append_loses_the_session_after_its_lease(
+    owned: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = owned
+    # a stalls in the middle of its next append, between the check of its
+    # lease (the row locked) and the INSERT, and renews no more.
+    paused = a._q_insert = _PausedQuery(a._q_insert)
+    await _stop_renewing(a)
+    stale: list[object] = []
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_append_or_lost, a, stale)
+        try:
+            await trio.to_thread.run_sync(paused.reached.wait, 30)
+            # b takes the session over once the lease has run out,
+            # whatever a's append is doing.
+            await _take_over(b, "s")
+            assert [x.epoch for x in await b.owners()] == [2]
+            assert await b.append("s", _events("s", 3), 3) == 6
+        finally:
+            paused.go.set()  # a wakes up: its append is refused, writes nothing
+    [refused] = stale
+    assert isinstance(refused, LeaseLost)
+    assert (refused.epoch, refused.current_epoch) == (1, 2)
+    assert [e.payload for e in await b.read("s")] == [
+        e.payload for e in _events("s", 0) + _events("s", 3)
+    ]
+
+
+async def test_an_append_queued_before_the_loss_was_found_is_refused(
+    owned: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = owned
+    await _stop_renewing(a)  # a stalls: its lease runs out, b takes the session
+    await _take_over(b, "s")
+    writer = a._writer
+    assert writer is not None
+    entered, held = threading.Event(), threading.Event()
+
+    stale: list[object] = []
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.call, _Call(_hold(entered, held)))
+        await trio.to_thread.run_sync(entered.wait, 30)
+        nursery.start_soon(_append_or_lost, a, stale)  # queued while a still thinks it owns s
+        with trio.fail_after(30):
+            while writer.queue.qsize() < 1:
+                await trio.sleep(0.01)
+        # a's renewal finds the loss while the append waits in the queue
+        assert await trio.to_thread.run_sync(a._renew_sync) == ["s"]
+        held.set()
+    [refused] = stale
+    assert isinstance(refused, LeaseLost) and refused.epoch == 1
+    assert len(await b.read("s")) == 3  # nothing written by a

@@ -23,7 +23,8 @@ positions after commit, costs a second write of every row. The trade-off:
 the feed shows a commit only once every write transaction older than it, in
 the whole cluster, has ended; a transaction left open holds the feed back (the
 writer's connection sets ``idle_in_transaction_session_timeout`` to the lease
-length, so a stalled writer's transaction cannot stay open forever).
+length, and every round trip inside its transactions ends with a Sync, so a
+writer stalled between round trips has its transaction ended by the server).
 Positions are increasing but not dense.
 
 Group commit. The writer thread takes every append waiting in its queue (up to
@@ -58,6 +59,26 @@ first, so the takeover waits for the append or the append sees the
 takeover; renewals do not wait), and is refused with
 :class:`~turnledger.LeaseLost` otherwise: a stalled owner that wakes up
 after losing the session never writes to it.
+
+A stalled append. An owner may stall in the middle of an append, its lease
+rows key-share-locked, at a point the server's idle timeout does not cover:
+PostgreSQL arms ``idle_in_transaction_session_timeout`` only after a Sync, so
+not while it waits for the rest of a half-sent message, nor (without the Sync
+above) between pipelined statements; ``statement_timeout`` does not run while
+the server waits for the client either, and ``transaction_timeout`` needs
+PostgreSQL 17. So the takeover ends such an owner itself: every append
+transaction that locks lease rows first takes a shared advisory lock keyed by
+its store's token; a takeover whose row lock times out looks, for each
+session whose lease has EXPIRED and is held by another store, for the
+backends holding that owner's key (``pg_locks``), ends them with
+``pg_terminate_backend`` (their transactions roll back: nothing is written)
+and tries once more. A stalled owner thus keeps a session at most its lease
+plus one lock wait. Fencing is unchanged: the epoch is bumped only under the
+row lock, so a transaction that committed before being ended wrote under the
+epoch it held, and the owner's next append, on a new connection, finds the
+new epoch and is refused. Ending another backend needs the same role as its
+owner (or ``pg_signal_backend``); without it the takeover waits as before
+(``SessionOwnedElsewhere``, "try again") until the owner's transaction ends.
 Expiries use the server's clock, so hosts' clocks need not agree.
 
 Schema. ``<table>_meta`` holds the schema version (:data:`SCHEMA_VERSION`).
@@ -250,7 +271,7 @@ class _Writer(_Thread[Any]):
         return carry
 
     def acquire_group(
-        self, group: list[_Acquire], retried: bool = False
+        self, group: list[_Acquire], retried: bool = False, broke: bool = False
     ) -> list[tuple[_Request, outcome.Outcome[Any]]]:
         """Take the leases of every session in ``group`` that no other store
         holds live, in one statement."""
@@ -280,11 +301,17 @@ class _Writer(_Thread[Any]):
                             failed.setdefault(sid, SessionOwnedElsewhere(sid, "try again"))
             except Exception as exc:
                 if not retried and _not_committed(exc, False, self.pg):
-                    return self.acquire_group(group, retried=True)
+                    return self.acquire_group(group, retried=True, broke=broke)
+                if (
+                    not broke
+                    and isinstance(exc, psycopg.errors.LockNotAvailable)
+                    and self.break_stalled(ids)
+                ):
+                    return self.acquire_group(group, retried=retried, broke=True)
                 if len(ids) > 1:
                     out: list[tuple[_Request, outcome.Outcome[Any]]] = []
                     for req in group:
-                        out.extend(self.acquire_group([req]))
+                        out.extend(self.acquire_group([req], broke=True))
                     return out
                 sid = ids[0]
                 if isinstance(exc, psycopg.errors.LockNotAvailable):
@@ -310,6 +337,21 @@ class _Writer(_Thread[Any]):
             for r in group
         ]
 
+    def break_stalled(self, ids: list[str]) -> bool:
+        """End the transactions that keep expired leases of ``ids`` locked:
+        their owners stalled in the middle of an append (stopped, frozen, cut
+        off) and renewed nothing for a whole lease. Whether any was ended."""
+        import psycopg
+
+        store = self.store
+        try:
+            conn = self.connection()
+            with conn.transaction():
+                rows = conn.execute(store._q_break, (ids, store._token)).fetchall()
+        except psycopg.Error:
+            return False  # e.g. not allowed to signal the owner's backend
+        return any(ended for (ended,) in rows)
+
     def commit_group(
         self, group: list[_Append], retried: bool = False
     ) -> list[tuple[_Request, outcome.Outcome[Any]]]:
@@ -319,10 +361,15 @@ class _Writer(_Thread[Any]):
         done: list[tuple[_Request, outcome.Outcome[Any]]] = []
         accepted: list[_Append] = []
         committing = False
+        xid: int | None = None
         try:
             conn = self.connection()
             sids = list(dict.fromkeys(r.session_id for r in group))
-            held = {sid: store._leases[sid] for sid in sids if sid in store._leases}
+            with store._lease_lock:
+                held = {sid: store._leases[sid] for sid in sids if sid in store._leases}
+                # Found taken over (by a renewal) since the append was queued:
+                # refused as stale, never written unfenced.
+                gone = {sid: store._lost[sid] for sid in sids if sid in store._lost}
             # Versions this writer committed last are trusted when the caller
             # expects them (had another writer moved the stream, the unique
             # key refuses the rows); others are looked up.
@@ -336,14 +383,32 @@ class _Writer(_Thread[Any]):
             epochs: dict[str, int] = {}
             # Pipelined: BEGIN and the check go in one round trip, the INSERT
             # and COMMIT in another (each round trip also waits for the GIL).
-            with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+            # The first ends with a Sync, not a mere flush: the server then
+            # waits "idle in transaction", under its timeout, while this
+            # thread builds the INSERT.
+            with conn.pipeline() as pipe, conn.transaction(), conn.cursor() as cur:
+                # The transaction's id, to learn its fate if the connection
+                # is lost around COMMIT; and, when it locks lease rows, the
+                # mark of this store's appends for a takeover (break_stalled).
+                if held:
+                    mark = conn.execute(store._q_mark, (store._token,))
+                else:
+                    mark = conn.execute(store._q_xid)
                 cur.execute(store._q_check, (list(held), ask))
+                pipe.sync()
+                xid = mark.fetchall()[0][0]
                 for kind, sid, value in cur.fetchall():
                     (epochs if kind == "f" else seen)[sid] = value
                 rows: list[tuple[Any, ...]] = []
                 for req in group:
                     sid = req.session_id
                     mine = held.get(sid)
+                    if mine is None and sid in gone:
+                        was = gone[sid]
+                        done.append(
+                            (req, outcome.Error(LeaseLost(sid, was.epoch, was.current_epoch)))
+                        )
+                        continue
                     if mine is not None and epochs.get(sid) != mine:
                         lost = LeaseLost(sid, mine, epochs.get(sid))
                         store._forget(lost)
@@ -363,7 +428,10 @@ class _Writer(_Thread[Any]):
             # leaving the transaction block committed it
         except Exception as exc:
             self.versions.clear()
-            if not retried and _not_committed(exc, committing, self.pg):
+            fate = None if xid is None else self.fate(xid, exc)
+            if fate == "committed":  # only the answer to COMMIT was lost
+                return self.committed(done, accepted, seen)
+            if not retried and (fate == "aborted" or _not_committed(exc, committing, self.pg)):
                 # The connection was lost (the server ended it, or this
                 # process was stopped past idle_in_transaction_session_timeout):
                 # nothing of this transaction was written; again, reconnected.
@@ -384,6 +452,35 @@ class _Writer(_Thread[Any]):
                 failure = StoreError(f"append to {req.session_id!r} failed: {type(exc).__name__}")
                 failure.__cause__ = exc
             return [(req, outcome.Error(failure))]
+        return self.committed(done, accepted, seen)
+
+    def fate(self, xid: int, exc: Exception) -> str | None:
+        """Whether the transaction ``xid`` of a lost connection committed
+        (``"committed"``, ``"aborted"``; ``None`` when it cannot be told),
+        asked on a new connection."""
+        import psycopg
+
+        if not isinstance(exc, psycopg.OperationalError):
+            return None  # the server answered: the error is the outcome
+        conn = self.pg
+        if conn is not None and not (conn.closed or conn.broken):
+            if not isinstance(exc, psycopg.errors.AdminShutdown):
+                return None
+            conn.close()  # ended by a takeover, not yet seen as broken
+        try:
+            conn = self.connection()
+            with conn.transaction():
+                row = conn.execute("SELECT pg_xact_status(%s::text::xid8)", (str(xid),)).fetchone()
+        except psycopg.Error:
+            return None
+        return None if row is None or row[0] not in ("committed", "aborted") else str(row[0])
+
+    def committed(
+        self,
+        done: list[tuple[_Request, outcome.Outcome[Any]]],
+        accepted: list[_Append],
+        seen: dict[str, int],
+    ) -> list[tuple[_Request, outcome.Outcome[Any]]]:
         self.transactions += 1
         if len(self.versions) > _VERSION_CACHE_LIMIT:
             self.versions.clear()
@@ -485,6 +582,15 @@ class PostgresStore:
         self._q_lock_leases = sql.SQL(
             "SELECT 1 FROM {} WHERE session_id = ANY(%s) FOR UPDATE"
         ).format(lt)
+        # Every append transaction that locks lease rows first takes this
+        # store's shared advisory lock, so that a takeover can tell which
+        # backend holds the rows of an expired lease, and end it.
+        self._q_xid = sql.SQL("SELECT pg_current_xact_id()::text::int8")
+        self._q_mark = sql.SQL(
+            "SELECT pg_current_xact_id()::text::int8,"
+            " pg_advisory_xact_lock_shared(hashtextextended(%s, 0))"
+        )
+        self._q_break = sql.SQL(_BREAK).format(lt)
         self._q_holders = sql.SQL(_LEASE_STATE + " WHERE l.session_id = ANY(%s)").format(lt)
         self._writer = None if read_only else _Writer(self, max_group)
 
@@ -967,6 +1073,18 @@ _TAKE: Final = (
     "SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend"
     " AND a.backend_start = l.backend_start)"
     " RETURNING session_id, epoch"
+)
+
+# End (waiting up to 2 s for each) the backends of other stores that hold the
+# append mark of an expired lease's owner among the sessions (an array).
+_BREAK: Final = (
+    "SELECT pg_terminate_backend(k.pid, 2000) FROM {} AS l JOIN pg_locks AS k"
+    " ON k.locktype = 'advisory' AND k.granted AND k.objsubid = 1"
+    " AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND k.classid::text::int8 = (hashtextextended(l.owner, 0) >> 32) & 4294967295"
+    " AND k.objid::text::int8 = hashtextextended(l.owner, 0) & 4294967295"
+    " WHERE l.session_id = ANY(%s) AND l.owner IS NOT NULL AND l.owner <> %s"
+    " AND l.expires_at <= now() AND k.pid <> pg_backend_pid()"
 )
 
 # A lease row and whether it is live: unexpired, and its holder's connection
