@@ -18,20 +18,21 @@ PUBLIC: dict[str, str] = {
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
     "turnledger.events": (
-        "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WIRE_TAGS "
-        "CompletionIgnored DiscardReason Event EventCodec EventDecoder EventStore "
+        "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
+        "WIRE_TAGS CompletionIgnored DiscardReason Event EventCodec EventDecoder EventStore "
         "HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId SessionId "
         "SessionStarted StoredEvent StreamStarted TurnCommitted TurnDiscarded "
-        "TurnRejected TurnSubmitted Usage Window"
+        "TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource"
     ),
     "turnledger.sessions": (
         "EVENT_TRANSITIONS TRANSITIONS Budget Cancel CharTokenEstimator ChatMessage "
-        "ChatRequest Committed CommittedResult Completed Completion Discarded "
+        "ChatRequest Committed CommittedResult Completed Completion DescribesModels Discarded "
         "DiscardedResult Ending Endings Failed Failure History Hub HubStatistics Idle "
-        "InFlight Interrupt JsonChatEncoder Message Pending Plan Provider RejectedResult "
+        "InFlight Interrupt JsonChatEncoder Message ModelInfo Pending Plan Provider "
+        "RejectedResult "
         "RequestEncoder ResponseStarted Role SessionState Start StreamSink Streaming "
         "Submit Timeout TokenEstimator Turn TurnHandle TurnResult build_messages decide "
-        "ending_of evolve initial_state is_in_flight open_hub plan replay "
+        "ending_of evolve initial_state is_in_flight open_hub plan prompt_token_cap replay "
         "replay_sessions request_messages"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",

@@ -41,6 +41,7 @@ def test_wire_tags_are_an_explicit_frozen_table() -> None:
         "TurnCommitted": "turn_committed",
         "TurnDiscarded": "turn_discarded",
         "CompletionIgnored": "completion_ignored",
+        "TurnRetried": "turn_retried",
     }
     assert set(SCHEMA_VERSIONS) == set(WIRE_TAGS.values())
 
@@ -61,7 +62,7 @@ def test_envelope_round_trip() -> None:
         "s",
         7,
         "turn_submitted",
-        1,
+        2,
     )
     assert stored.recorded_at == 12.5
     assert DEFAULT_CODEC.decode(stored) == event

@@ -31,6 +31,7 @@ from ._events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
     Window,
 )
@@ -61,18 +62,20 @@ WIRE_TAGS: Final[Mapping[type[Any], str]] = {
     TurnCommitted: "turn_committed",
     TurnDiscarded: "turn_discarded",
     CompletionIgnored: "completion_ignored",
+    TurnRetried: "turn_retried",
 }
 _CLASSES: Final[Mapping[str, type[Any]]] = {tag: cls for cls, tag in WIRE_TAGS.items()}
 
 #: Current schema version of each tag's payload.
 SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
-    "session_started": 2,
-    "turn_submitted": 1,
+    "session_started": 3,
+    "turn_submitted": 2,
     "turn_rejected": 1,
     "stream_started": 1,
     "turn_committed": 1,
     "turn_discarded": 2,
-    "completion_ignored": 1,
+    "completion_ignored": 2,
+    "turn_retried": 1,
 }
 
 _POLICY_TAGS: Final[Mapping[type[Any], str]] = {Ledger: "ledger", Window: "window"}
@@ -98,10 +101,29 @@ def _turn_discarded_v1_to_v2(payload: Payload) -> Payload:
     return {**payload, "preview_chars": 0}
 
 
+def _session_started_v2_to_v3(payload: Payload) -> Payload:
+    # v2 recorded no context window: such a session keeps working as it did,
+    # with no token cap of its own.
+    return {**payload, "context_window": None, "output_reserve": None, "window_source": "none"}
+
+
+def _turn_submitted_v1_to_v2(payload: Payload) -> Payload:
+    # v1 did not record the prompt's estimated tokens.
+    return {**payload, "estimated_prompt_tokens": None}
+
+
+def _completion_ignored_v1_to_v2(payload: Payload) -> Payload:
+    # v1 did not record the usage of a late answer.
+    return {**payload, "usage": None}
+
+
 #: The upcasters of this release: ``(tag, from_version) -> step to from_version + 1``.
 UPCASTERS: Final[Mapping[tuple[str, int], Upcaster]] = {
     ("session_started", 1): _session_started_v1_to_v2,
+    ("session_started", 2): _session_started_v2_to_v3,
+    ("turn_submitted", 1): _turn_submitted_v1_to_v2,
     ("turn_discarded", 1): _turn_discarded_v1_to_v2,
+    ("completion_ignored", 1): _completion_ignored_v1_to_v2,
 }
 
 

@@ -51,6 +51,7 @@ from ._machine import (
     evolve,
     initial_state,
     is_in_flight,
+    prompt_token_cap,
     replay,
     request_messages,
 )
@@ -66,7 +67,7 @@ from ._messages import (
     Submit,
     Timeout,
 )
-from ._ports import ChatRequest, Completion, Provider, StreamSink
+from ._ports import ChatRequest, Completion, DescribesModels, ModelInfo, Provider, StreamSink
 from ._projection import (
     Budget,
     CharTokenEstimator,
@@ -94,6 +95,7 @@ __all__ = [
     "CommittedResult",
     "Completed",
     "Completion",
+    "DescribesModels",
     "Discarded",
     "DiscardedResult",
     "Ending",
@@ -108,6 +110,7 @@ __all__ = [
     "Interrupt",
     "JsonChatEncoder",
     "Message",
+    "ModelInfo",
     "Pending",
     "Plan",
     "Provider",
@@ -133,6 +136,7 @@ __all__ = [
     "is_in_flight",
     "open_hub",
     "plan",
+    "prompt_token_cap",
     "replay",
     "replay_sessions",
     "request_messages",

@@ -11,7 +11,7 @@ from typing import Final, TypeAlias
 
 import attrs
 
-from ..events import DiscardReason, HistoryPolicy, Ledger, OnBusy, RequestId, Usage
+from ..events import DiscardReason, HistoryPolicy, Ledger, OnBusy, RequestId, Usage, WindowSource
 
 __all__ = [
     "Cancel",
@@ -51,6 +51,11 @@ class Start:
     model: str
     policy: HistoryPolicy = attrs.field(factory=Ledger)
     on_busy: OnBusy = "reject"
+    #: The model's context window (tokens) and the part of it kept for the
+    #: answer; ``None``: no window (only the hub's caps apply).
+    context_window: int | None = None
+    output_reserve: int | None = None
+    window_source: WindowSource = "none"
 
 
 @attrs.frozen

@@ -11,6 +11,7 @@ from ..events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
     Usage,
     Window,
@@ -26,11 +27,12 @@ def sample_events() -> list[Event]:
     backslashes, newlines, control characters and NUL)."""
     awkward = '你好，"Java" 🌱\\n\nline2\t\x01\x00end'
     return [
-        SessionStarted(awkward, "gpt-4o-mini", Window(4), "supersede"),
-        TurnSubmitted(_R, awkward, 3, 1, 1234),
+        SessionStarted(awkward, "gpt-4o-mini", Window(4), "supersede", 8192, 1024, "fallback"),
+        TurnSubmitted(_R, awkward, 3, 1, 1234, 321),
         TurnRejected(RequestId("r-0"), "busy", awkward),
         StreamStarted(_R),
         TurnCommitted(_R, awkward, "stop", Usage(10, 20, 30)),
         TurnDiscarded(RequestId("r-2"), "timeout", awkward, 17),
         CompletionIgnored(RequestId("r-2"), "failed:http_status"),
+        TurnRetried(_R, "context_overflow", awkward, 1, 3, 600, 150),
     ]

@@ -20,6 +20,7 @@ from .._messages import Start
 from .._ports import Provider
 from .._projection import Budget, TokenEstimator
 from ._timers import Timers
+from ._window import WindowCache
 
 if TYPE_CHECKING:
     from ._actor import Actor
@@ -40,12 +41,25 @@ class Config:
     max_request_bytes: int | None
     max_prompt_tokens: int | None
     token_estimator: TokenEstimator
+    #: The context window (tokens) of new sessions; ``None``: ask the provider.
+    context_window: int | None = attrs.field(default=None)
+    #: Tokens of the window kept for the answer; ``None``: a default share.
+    output_reserve: int | None = attrs.field(default=None)
     turn_deadline: float | None = attrs.field(validator=_positive_or_none)
     idle_timeout: float | None = attrs.field(validator=_positive_or_none)
     passivate_after: float | None = attrs.field(validator=_positive_or_none)
     mailbox_size: int = attrs.field(validator=attrs.validators.ge(1))
     shutdown_grace: float = attrs.field(validator=attrs.validators.gt(0))
     clock: Callable[[], float]
+
+    def __attrs_post_init__(self) -> None:
+        window, reserve = self.context_window, self.output_reserve
+        if window is not None and (type(window) is not int or window < 1):
+            raise ValueError(f"context_window must be a positive integer or None, got {window!r}")
+        if reserve is not None and (type(reserve) is not int or reserve < 0):
+            raise ValueError(f"output_reserve must be an integer >= 0 or None, got {reserve!r}")
+        if window is not None and reserve is not None and reserve >= window:
+            raise ValueError(f"output_reserve ({reserve}) must be below context_window ({window})")
 
 
 class Counters:
@@ -107,3 +121,5 @@ class Runtime:
     routing: Routing
     #: The deadline and idle timers of the turns in flight.
     timers: Timers
+    #: What the provider said about each model's window.
+    windows: WindowCache = attrs.field(factory=WindowCache)
