@@ -50,10 +50,10 @@ PUBLIC: dict[str, str] = {
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail Finish Hang Hook InSequence "
         "LoopbackServer MemoryStore Pause Reply ReplyScript Responder Script "
-        "ScriptedProvider Stall Step WritePause chat_responder echo_script error_reply "
-        "ollama_json_reply ollama_ndjson_lines ollama_stream_reply open_loopback_server "
-        "openai_error_event openai_json_reply openai_sse_chunks openai_stream_reply "
-        "sample_events sse_event"
+        "ScriptedProvider ServerKind Stall Step WritePause chat_responder echo_script "
+        "error_reply model_server ollama_json_reply ollama_ndjson_lines ollama_stream_reply "
+        "open_loopback_server openai_error_event openai_json_reply openai_sse_chunks "
+        "openai_stream_reply sample_events sse_event"
     ),
 }
 

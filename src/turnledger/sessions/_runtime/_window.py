@@ -42,6 +42,12 @@ class WindowCache:
             return known
 
     async def _ask(self, provider: Provider, model: str, given: int | None, log: Any) -> ModelInfo:
+        info = await self._described(provider, model, given)
+        if given is None and info.source != "discovered":
+            log.warning("context_window_fallback", model=model, detail=info.detail)
+        return info
+
+    async def _described(self, provider: Provider, model: str, given: int | None) -> ModelInfo:
         if not isinstance(provider, DescribesModels):
             return ModelInfo(detail="the provider cannot describe models")
         why = "the server did not answer in time"
@@ -57,8 +63,6 @@ class WindowCache:
                     why = "the server reported an implausible window"
                 else:
                     return info
-        if given is None:
-            log.warning("context_window_fallback", model=model, detail=why)
         return ModelInfo(detail=why)
 
     async def start(self, provider: Provider, start: Start, config: Any, log: Any) -> Start:
