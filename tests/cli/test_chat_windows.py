@@ -19,7 +19,7 @@ import trio
 from turnledger.adapters.stores import open_store
 from turnledger.events import DEFAULT_CODEC, SessionStarted, Window
 
-from ._run import tl
+from ._run import read_terminal, server_process, tl
 
 pytestmark = pytest.mark.slow
 
@@ -31,24 +31,8 @@ QUESTIONS = [
 @contextlib.contextmanager
 def model_server_process(tmp_path: Path, kind: str, n_ctx: int) -> Iterator[str]:
     """A loopback server playing ``kind`` in a process of its own; yields its base URL."""
-    script = tmp_path / "server.py"
-    script.write_text(
-        "import sys\n"
-        "from turnledger.testing import LoopbackServer, model_server\n"
-        f"server = LoopbackServer(model_server({kind!r}, n_ctx={n_ctx}, model='tiny'))\n"
-        "with server.start_in_thread() as s:\n"
-        "    print(s.base_url, flush=True)\n"
-        "    sys.stdin.read()\n"
-    )
-    server = subprocess.Popen(
-        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert server.stdout is not None
-        yield server.stdout.readline().strip()
-    finally:
-        server.communicate("", timeout=30)
-        script.unlink()
+    with server_process(tmp_path, f"model_server({kind!r}, n_ctx={n_ctx}, model='tiny')") as url:
+        yield url
 
 
 @pytest.mark.parametrize(
@@ -118,15 +102,7 @@ def test_on_a_terminal_the_first_line_says_which_window_applies(tmp_path: Path) 
                 timeout=60,
             )  # fmt: skip
             os.close(terminal)
-            seen = b""
-            while True:
-                try:
-                    chunk = os.read(main, 4096)
-                except OSError:  # the terminal closed
-                    break
-                if not chunk:
-                    break
-                seen += chunk
+            seen = read_terminal(main)
         finally:
             os.close(main)
     assert chat.returncode == 0
