@@ -43,7 +43,11 @@ class WindowCache:
 
     async def _ask(self, provider: Provider, model: str, given: int | None, log: Any) -> ModelInfo:
         info = await self._described(provider, model, given)
-        if given is None and info.source != "discovered":
+        # A provider that cannot describe models was never expected to: the
+        # context_window line says which fallback applies. One that can and
+        # did not is worth a warning.
+        asked = isinstance(provider, DescribesModels)
+        if asked and given is None and info.source != "discovered":
             log.warning("context_window_fallback", model=model, detail=info.detail)
         return info
 
