@@ -256,3 +256,18 @@ async def test_discovery_trouble_never_fails_a_turn(trouble: str) -> None:
     assert warning["log_level"] == "warning" and warning["model"] == "gpt-4o-mini"
     (chosen,) = [line for line in logs if line["event"] == "context_window"]
     assert chosen["window_source"] == "fallback" and "gpt-4o" in chosen["detail"]
+
+
+async def test_a_chat_only_responder_survives_probes() -> None:
+    answer = model_server("openai", n_ctx=1000)
+
+    def respond(ex: Exchange) -> Reply:
+        ex.json()  # written for chat requests: a GET has no JSON body, and this raises
+        return answer(ex)
+
+    async with open_loopback_server(respond) as server, provider_for("openai", server) as p:
+        info = await p.describe("loopback")
+        c = await p.complete(REQUEST, Sink())
+    assert info.context_window is None and info.source == "fallback"
+    assert [e.status for e in server.probes] == [404, 404, 404]
+    assert c.answer == "Noted." and len(server.exchanges) == 1

@@ -238,7 +238,8 @@ class LoopbackServer:
         #: Every probe received, in order: a provider asking about a model
         #: (``GET .../models``, ``GET /props``, ``GET /api/v0/models/...``,
         #: ``POST /api/show``). Queued or listed replies never answer a
-        #: probe: it gets 404, or the responder's reply.
+        #: probe: it gets 404, or the responder's reply (404 if the responder
+        #: raises: it was written for chat requests only).
         self.probes: list[Exchange] = []
         self._bound_port: int | None = None
 
@@ -252,7 +253,13 @@ class LoopbackServer:
     def _reply_for(self, exchange: Exchange) -> Reply:
         if _is_probe(exchange):
             if self._responder is not None:
-                return self._responder(exchange)
+                try:
+                    return self._responder(exchange)
+                except Exception:
+                    # A responder written for chat requests only (one that
+                    # parses the body as a chat request, say) knows nothing
+                    # of this path.
+                    return _not_found()
             return _not_found()
         with self._lock:
             if self._queue:
