@@ -671,6 +671,7 @@ class Actor:
                         # The same turn goes out again, with the smaller
                         # projection: a new request task in a new scope.
                         flight.running = False
+                        flight.finished = False
                         flight.scope = trio.CancelScope()
                 elif isinstance(ev, TurnCommitted):
                     self._turn_ended(
@@ -734,8 +735,10 @@ class Actor:
         rid = flight.request_id
         structlog.contextvars.bind_contextvars(request_id=rid)
         rt.counters.request_tasks += 1
+        # A retried turn gets a new scope: this task's is the one it entered.
+        scope = flight.scope
         try:
-            with flight.scope:
+            with scope:
                 msg: Message
                 try:
                     completion = await rt.provider.complete(request, flight)
@@ -760,7 +763,8 @@ class Actor:
                 # late result is recorded as CompletionIgnored.
                 await self.report(msg)
         finally:
-            flight.finished = True
+            if flight.scope is scope:  # not a task a retry already replaced
+                flight.finished = True
             rt.counters.request_tasks -= 1
 
     # -- helpers -----------------------------------------------------------
