@@ -16,6 +16,11 @@ A second table does the same with tool turns in the history (every third
 turn took one or two rounds of tool calls) and tool definitions in every
 request, and reports its warm time against the plain history's, measured in
 the same run.
+
+Last, at 10,000 turns, a session's projection with its context window: the
+byte cap as above plus the token budget (window minus output reserve, by the
+estimate calibrated from reported usage, as ``decide`` computes it for every
+Submit), warm, against the byte-only warm figure of the same run.
 """
 
 from __future__ import annotations
@@ -28,8 +33,19 @@ from collections.abc import Callable
 
 sys.path.insert(0, "src")
 
-from turnledger.events import RequestId, ToolCall, ToolSpec
-from turnledger.sessions import Budget, History, ToolResult, ToolRound, Turn, plan
+import attrs
+
+from turnledger.events import Ledger, RequestId, SessionStarted, ToolCall, ToolSpec
+from turnledger.sessions import (
+    Budget,
+    History,
+    Idle,
+    ToolResult,
+    ToolRound,
+    Turn,
+    plan,
+    prompt_token_cap,
+)
 from turnledger.sessions._projection import naive_plan
 
 SYSTEM = "你是一个简洁的助手。Answer briefly."
@@ -104,6 +120,45 @@ def row(n: int, repeat: int, naive_max: int, tools: bool = False) -> float:
     return warm
 
 
+def windowed(repeat: int) -> None:
+    n = 10_000
+    q = "现在呢？"
+    h = history(n)
+    full = plan("m", SYSTEM, h, 0, q, Budget(None))
+    budget = Budget(full.request_bytes // 2)
+    plan("m", SYSTEM, h, 0, q, budget)
+    bytes_only = median_time(lambda: plan("m", SYSTEM, h, 0, q, budget), repeat * 20)
+    # A window that holds about a third of the history once calibrated
+    # (the server counted 5 tokens for every 4 estimated).
+    reserve = 1024
+    window = full.prompt_tokens * 5 // 4 // 3 + reserve
+    config = SessionStarted(
+        SYSTEM,
+        "m",
+        Ledger(),
+        "reject",
+        context_window=window,
+        output_reserve=reserve,
+        window_source="discovered",
+    )
+    state = attrs.evolve(Idle(config=config, turns=h), calibration=(5, 4))
+
+    def session_plan() -> object:
+        cap = prompt_token_cap(state, budget)
+        return plan("m", SYSTEM, h, 0, q, attrs.evolve(budget, max_prompt_tokens=cap))
+
+    session_plan()
+    with_window = median_time(session_plan, repeat * 20)
+    p = session_plan()
+    assert isinstance(p, type(full)) and p.prompt_tokens * 5 <= (window - reserve) * 4
+    print(
+        f"\n10,000 turns, warm: bytes only {bytes_only * 1e6:.2f} µs, "
+        f"bytes + calibrated window {with_window * 1e6:.2f} µs "
+        f"(ratio {with_window / bytes_only:.2f}x; {p.turns_sent} turns sent, "
+        f"~{p.prompt_tokens} estimated tokens, window {window}, reserve {reserve})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15)
@@ -121,6 +176,7 @@ def main() -> None:
     print(
         f"10,000 turns, warm: tool-turn history / plain history = {warm[True] / warm[False]:.2f}x"
     )
+    windowed(args.repeat)
 
 
 if __name__ == "__main__":

@@ -18,23 +18,24 @@ PUBLIC: dict[str, str] = {
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
     "turnledger.events": (
-        "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WIRE_TAGS "
-        "CompletionIgnored DiscardReason Event EventCodec EventDecoder EventStore "
+        "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
+        "WIRE_TAGS CompletionIgnored DiscardReason Event EventCodec EventDecoder EventStore "
         "HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId SessionId "
         "SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
         "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
-        "TurnDiscarded TurnRejected TurnSubmitted Usage Window"
+        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource"
     ),
     "turnledger.sessions": (
         "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AwaitingTools Budget Cancel "
         "CharTokenEstimator ChatMessage ChatRequest Committed CommittedResult Completed "
-        "Completion Discarded DiscardedResult Ending Endings Failed Failure History Hub "
-        "HubStatistics Idle InFlight Interrupt JsonChatEncoder Message Pending Plan "
-        "Provider RejectedResult RequestEncoder ResponseStarted Role SessionState Start "
-        "StreamSink Streaming Submit Timeout TokenEstimator Tool ToolDone ToolError "
-        "ToolInvocation ToolResult ToolRound Turn TurnHandle TurnResult build_messages "
-        "decide ending_of evolve initial_state is_in_flight open_hub plan replay "
-        "replay_sessions request_messages"
+        "Completion DescribesModels Discarded DiscardedResult Ending Endings Failed "
+        "Failure History Hub HubStatistics Idle InFlight Interrupt JsonChatEncoder "
+        "Message ModelInfo Pending Plan Provider RejectedResult RequestEncoder "
+        "ResponseStarted Role SessionState Start StreamSink Streaming Submit "
+        "Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
+        "ToolResult ToolRound Turn TurnHandle TurnResult build_messages decide "
+        "ending_of evolve initial_state is_in_flight open_hub plan prompt_token_cap "
+        "replay replay_sessions request_messages"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.adapters.providers": (
@@ -51,11 +52,11 @@ PUBLIC: dict[str, str] = {
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail Finish Hang Hook InSequence "
         "LoopbackServer MemoryStore Pause Reply ReplyScript Responder Script "
-        "ScriptedProvider Stall Step WritePause chat_responder echo_script error_reply "
-        "ollama_json_reply ollama_ndjson_lines ollama_stream_reply ollama_tool_call_lines "
-        "open_loopback_server openai_error_event openai_json_reply openai_sse_chunks "
-        "openai_stream_reply openai_tool_call_chunks sample_events sse_event "
-        "tool_call_reply"
+        "ScriptedProvider ServerKind Stall Step WritePause chat_responder echo_script "
+        "error_reply model_server ollama_json_reply ollama_ndjson_lines "
+        "ollama_stream_reply ollama_tool_call_lines open_loopback_server "
+        "openai_error_event openai_json_reply openai_sse_chunks openai_stream_reply "
+        "openai_tool_call_chunks sample_events sse_event tool_call_reply"
     ),
 }
 

@@ -38,26 +38,19 @@ def tl(
 
 
 @contextlib.contextmanager
-def loopback_process(
-    tmp_path: Path, answer: str, *, status: int = 200, delay: float = 0.0, **responder: float
-) -> Iterator[str]:
-    """A loopback server in a process of its own that answers every request
-    with ``answer`` (streamed as ``chat_responder`` does, with
-    ``responder`` options), after ``delay`` seconds; or, with a ``status``
-    other than 200, with that status and ``answer`` as the error body.
-    Yields its OpenAI base URL."""
+def server_process(tmp_path: Path, responder: str, setup: str = "") -> Iterator[str]:
+    """A loopback server in a process of its own, answering with the
+    responder that the Python expression ``responder`` builds (after the
+    statements ``setup``; ``turnledger.testing``'s names and ``attrs`` in
+    scope); yields its base URL."""
     script = tmp_path / "server.py"
     script.write_text(
         "import sys, attrs\n"
-        "from turnledger.testing import LoopbackServer, chat_responder, error_reply\n"
-        f"answer = lambda messages: {answer!r}\n"
-        f"inner = chat_responder(answer, **{responder!r})\n"
-        f"if {status!r} != 200:\n"
-        f"    inner = lambda exchange: error_reply({status!r}, {answer!r})\n"
-        f"respond = lambda exchange: attrs.evolve(inner(exchange), headers_delay={delay!r})\n"
-        "server = LoopbackServer(respond)\n"
+        "from turnledger.testing import *\n"
+        f"{setup}"
+        f"server = LoopbackServer({responder})\n"
         "with server.start_in_thread() as s:\n"
-        "    print(s.openai_base_url, flush=True)\n"
+        "    print(s.base_url, flush=True)\n"
         "    sys.stdin.read()\n"
     )
     server = subprocess.Popen(
@@ -69,3 +62,37 @@ def loopback_process(
     finally:
         server.communicate("", timeout=30)
         script.unlink()
+
+
+@contextlib.contextmanager
+def loopback_process(
+    tmp_path: Path, answer: str, *, status: int = 200, delay: float = 0.0, **responder: float
+) -> Iterator[str]:
+    """A loopback server in a process of its own that answers every request
+    with ``answer`` (streamed as ``chat_responder`` does, with
+    ``responder`` options), after ``delay`` seconds; or, with a ``status``
+    other than 200, with that status and ``answer`` as the error body.
+    Yields its OpenAI base URL."""
+    setup = (
+        f"answer = lambda messages: {answer!r}\n"
+        f"inner = chat_responder(answer, **{responder!r})\n"
+        f"if {status!r} != 200:\n"
+        f"    inner = lambda exchange: error_reply({status!r}, {answer!r})\n"
+        f"respond = lambda exchange: attrs.evolve(inner(exchange), headers_delay={delay!r})\n"
+    )
+    with server_process(tmp_path, "respond", setup) as base_url:
+        yield base_url + "/v1"
+
+
+def read_terminal(main: int) -> bytes:
+    """Everything written to a pseudo-terminal until it closes."""
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the terminal closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    return seen

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ._run import NASTY, loopback_process, tl
+from ._run import NASTY, loopback_process, read_terminal, tl
 
 pytestmark = pytest.mark.slow
 
@@ -212,15 +212,7 @@ def test_chat_escapes_control_characters_on_a_terminal_only(tmp_path: Path) -> N
                 stderr=subprocess.PIPE, timeout=60, env={**os.environ, "OPENAI_API_KEY": "k"},
             )  # fmt: skip
             os.close(terminal)
-            seen = b""
-            while True:
-                try:
-                    chunk = os.read(main, 4096)
-                except OSError:  # the terminal closed
-                    break
-                if not chunk:
-                    break
-                seen += chunk
+            seen = read_terminal(main)
         finally:
             os.close(main)
     assert chat.returncode == 0, chat.stderr

@@ -45,6 +45,7 @@ def test_wire_tags_are_an_explicit_frozen_table() -> None:
         "ToolCallsRequested": "tool_calls_requested",
         "ToolResultRecorded": "tool_result_recorded",
         "ToolRoundSubmitted": "tool_round_submitted",
+        "TurnRetried": "turn_retried",
     }
     assert set(SCHEMA_VERSIONS) == set(WIRE_TAGS.values())
 
@@ -65,7 +66,7 @@ def test_envelope_round_trip() -> None:
         "s",
         7,
         "turn_submitted",
-        1,
+        2,
     )
     assert stored.recorded_at == 12.5
     assert DEFAULT_CODEC.decode(stored) == event

@@ -168,9 +168,12 @@ def test_seed_003_boundary_table(
 ) -> None:
     s = _ledger_session(budget)
     (ev,) = s.when(Submit(rid("q"), QUESTION))
-    assert ev == TurnSubmitted(rid("q"), QUESTION, retained, dropped, actual)
+    messages = request_messages(s.state)  # type: ignore[arg-type]
+    est = CharTokenEstimator()
+    tokens = est.request_tokens + sum(est.message_tokens(m) for m in messages)
+    assert ev == TurnSubmitted(rid("q"), QUESTION, retained, dropped, actual, tokens)
     # the recorded size is the size of the body the adapter will really send
-    body = JsonChatEncoder().encode("gpt-4o-mini", request_messages(s.state))  # type: ignore[arg-type]
+    body = JsonChatEncoder().encode("gpt-4o-mini", messages)
     assert len(body) == actual
     sent = json.loads(body)["messages"]
     assert sent[0] == {"role": "system", "content": SYSTEM}

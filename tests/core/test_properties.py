@@ -17,6 +17,7 @@ from turnledger.events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
     Window,
 )
@@ -33,6 +34,7 @@ from turnledger.sessions import (
     Submit,
     Timeout,
     is_in_flight,
+    prompt_token_cap,
     replay,
 )
 from turnledger.sessions._projection import naive_plan
@@ -50,7 +52,9 @@ texts = st.sampled_from(
     ["", "  ", "short", "another", "长一点的问题，带“引号”和\n换行 🌱", "x" * 120]
 )
 finish = st.sampled_from(["stop"] * 6 + ["length", None, "content_filter"])
-reasons = st.sampled_from(["http_status", "transport", "timeout", "protocol", "malformed", "limit"])
+reasons = st.sampled_from(
+    ["http_status", "transport", "timeout", "protocol", "malformed", "limit", "context_overflow"]
+)
 
 answers = st.sampled_from(["", " ", "ok", "fine", "答案：“是的”🌱\n第二行", "y" * 150, "z\t\x01"])
 _KINDS: dict[str, st.SearchStrategy[Message]] = {
@@ -150,6 +154,9 @@ def test_random_sequences_keep_the_invariants(
             if msg.answer.strip() and msg.finish_reason == "stop":
                 oracle.history.append((oracle.question, msg.answer))
             oracle.in_flight = None
+        elif any(isinstance(e, TurnRetried) for e in events):
+            # a context overflow before anything was shown: the same turn goes out again
+            assert isinstance(msg, Failed) and msg.request_id == oracle.in_flight
         elif (
             (isinstance(msg, Failed | Timeout) and msg.request_id == oracle.in_flight)
             or isinstance(msg, Interrupt)
@@ -186,7 +193,7 @@ def test_random_sequences_keep_the_invariants(
                     before.turns,
                     before.context_start,
                     ev.question,
-                    Budget(budget),
+                    Budget(budget, max_prompt_tokens=prompt_token_cap(before, Budget(budget))),
                 )
                 assert (ev.turns_sent, ev.turns_dropped, ev.request_bytes) == (
                     ref.turns_sent,
@@ -194,7 +201,7 @@ def test_random_sequences_keep_the_invariants(
                     ref.request_bytes,
                 )
             if isinstance(ev, TurnRejected) and ev.reason == "over_budget":
-                assert budget is not None
+                assert budget is not None or before.overflow_cap is not None
         # every event survives the codec
         for ev in events:
             assert DEFAULT_CODEC.from_payload(*DEFAULT_CODEC.to_payload(ev)) == ev

@@ -21,6 +21,7 @@ from turnledger.events import (
     ToolSpec,
     TurnCommitted,
     TurnDiscarded,
+    TurnRetried,
     Window,
 )
 from turnledger.sessions import (
@@ -438,3 +439,51 @@ def test_every_request_pairs_calls_with_results_and_replay_matches(
     again = [DEFAULT_CODEC.from_payload(*DEFAULT_CODEC.to_payload(e)) for e in s.log]
     assert replay(again) == s.state
     assert isinstance(s.log[0], SessionStarted)
+
+
+def _windowed_tools(window: int) -> Session:
+    return given(
+        start=start(context_window=window, output_reserve=100, window_source="user"),
+        budget=Budget(None),
+    )
+
+
+def test_an_overflow_of_a_tool_turns_first_round_is_retried_in_round_zero() -> None:
+    s = _windowed_tools(100_000)
+    for i in range(3):
+        s.when(Submit(rid(f"t{i}"), "q" * 300))
+        s.when(Completed(rid(f"t{i}"), "a" * 300, "stop"))
+    s.when(Submit(R, "what is 1+1?"))
+    (retry,) = s.when(Failed(R, Failure("context_overflow", "HTTP 400")))
+    assert isinstance(retry, TurnRetried)
+    assert isinstance(s.state, Pending) and s.state.request.round == 0
+    # the retried request's rounds are fenced as before: round 1 is stale
+    (ev,) = s.when(Completed(R, "", "tool_calls", round=1, tool_calls=calls(1)))
+    assert isinstance(ev, CompletionIgnored)
+    s.when(Completed(R, "", "tool_calls", round=0, tool_calls=calls(0)))
+    s.when(ToolDone(R, "r0c0", "0"))
+    s.when(Completed(R, "0", "stop", round=1))
+    assert [t.request_id for t in s.state.turns][-1] == R
+    s.then_replay_matches()
+
+
+def test_an_overflow_of_a_later_round_discards_the_turn() -> None:
+    s = _windowed_tools(100_000)
+    for i in range(3):
+        s.when(Submit(rid(f"t{i}"), "q" * 300))
+        s.when(Completed(rid(f"t{i}"), "a" * 300, "stop"))
+    s.when(Submit(R, "what is 1+1?"))
+    s.when(Completed(R, "", "tool_calls", round=0, tool_calls=calls(0)))
+    s.when(ToolDone(R, "r0c0", "0"))
+    (ev,) = s.when(Failed(R, Failure("context_overflow", "HTTP 400"), round=1))
+    assert isinstance(ev, TurnDiscarded) and ev.reason == "context_overflow"
+    s.then_replay_matches()
+
+
+def test_a_tool_round_respects_the_sessions_window() -> None:
+    s = _windowed_tools(400)
+    s.when(Submit(R, "what is 1+1?"))
+    s.when(Completed(R, "", "tool_calls", round=0, tool_calls=calls(0)))
+    events = s.when(ToolDone(R, "r0c0", "x" * 2000))
+    assert isinstance(events[-1], TurnDiscarded) and events[-1].reason == "limit"
+    assert "tokens" in events[-1].detail

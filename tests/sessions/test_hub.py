@@ -128,7 +128,16 @@ async def test_open_session_fixes_the_settings_once(store: HookedStore) -> None:
     provider = ScriptedProvider()
     async with open_hub(store, provider, model="m", system="default") as hub:
         state = await hub.open_session("s", system="be brief", policy=Window(1))
-        assert state.config == SessionStarted("be brief", "m", Window(1), "reject")
+        started = SessionStarted(
+            "be brief",
+            "m",
+            Window(1),
+            "reject",
+            context_window=8192,
+            output_reserve=2048,
+            window_source="fallback",
+        )
+        assert state.config == started
         await hub.open_session("s", system="be brief")  # same: fine
         with pytest.raises(InvalidCommand, match="system"):
             await hub.open_session("s", system="be verbose")
@@ -147,7 +156,7 @@ async def test_open_session_fixes_the_settings_once(store: HookedStore) -> None:
     # a new hub with other defaults: the log's settings stand
     async with open_hub(store, provider, model="other-model", system="x") as hub:
         await (await hub.submit("s", "q3")).outcome()
-        assert (await hub.state("s")).config == SessionStarted("be brief", "m", Window(1))
+        assert (await hub.state("s")).config == started
     assert provider.requests[-1].model == "m"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from trio.testing import Sequencer, wait_all_tasks_blocked
 
 from turnledger.events import (
     CompletionIgnored,
+    Ledger,
     RequestId,
     SessionStarted,
     StreamStarted,
@@ -58,6 +60,18 @@ def hold(*steps: Any) -> Any:
     return run
 
 
+#: What a session of these hubs starts with: the provider cannot describe
+#: models, so the default window applies, a quarter of it kept for the answer.
+STARTED = SessionStarted(
+    "", "m", Ledger(), "reject", context_window=8192, output_reserve=2048, window_source="fallback"
+)
+
+
+def est(question: str) -> int:
+    """The default estimator's tokens of a request holding only ``question``."""
+    return 3 + 4 + math.ceil(len(question) / 4)
+
+
 def one(found: list[dict[str, Any]]) -> dict[str, Any]:
     assert len(found) == 1, found
     return found[0]
@@ -77,8 +91,8 @@ async def test_cancel_before_the_response_starts(store: HookedStore) -> None:
 
     assert result == DiscardedResult(R1, "cancelled", "", 0)
     assert await events_of(store, "s") == [
-        SessionStarted("", "m"),
-        TurnSubmitted(R1, "why?", 0, 0, 73),
+        STARTED,
+        TurnSubmitted(R1, "why?", 0, 0, 73, est("why?")),
         TurnDiscarded(R1, "cancelled", "", 0),
     ]
     assert provider.cancelled == [R1] and provider.closed == [R1]
@@ -103,8 +117,8 @@ async def test_cancel_mid_stream(store: HookedStore) -> None:
     assert result == DiscardedResult(R1, "cancelled", "", 5)
     assert seen == ["Hel", "lo"]
     assert await events_of(store, "s") == [
-        SessionStarted("", "m"),
-        TurnSubmitted(R1, "greet", 0, 0, 74),
+        STARTED,
+        TurnSubmitted(R1, "greet", 0, 0, 74, est("greet")),
         StreamStarted(R1),
         TurnDiscarded(R1, "cancelled", "", 5),
     ]
@@ -145,8 +159,8 @@ async def test_completed_already_queued_when_cancel_arrives(store: HookedStore) 
     assert result == CommittedResult(R1, "42", "stop")
     assert cancelled == [result]  # the cancel found nothing: commit won
     assert await events_of(store, "s") == [
-        SessionStarted("", "m"),
-        TurnSubmitted(R1, "answer?", 0, 0, 76),
+        STARTED,
+        TurnSubmitted(R1, "answer?", 0, 0, 76, est("answer?")),
         StreamStarted(R1),
         TurnCommitted(R1, "42", "stop"),
     ]
@@ -267,7 +281,7 @@ async def test_late_completed_after_supersede(store: HookedStore) -> None:
     assert r2 == CommittedResult(R2, "new answer", "stop")
     assert (await events_of(store, "s"))[3:] == [
         TurnDiscarded(R1, "superseded", "by r2", 3),
-        TurnSubmitted(R2, "two", 0, 0, 72),
+        TurnSubmitted(R2, "two", 0, 0, 72, est("two")),
         CompletionIgnored(R1, "completed"),
         StreamStarted(R2),
         TurnCommitted(R2, "new answer", "stop"),

@@ -34,6 +34,7 @@ from turnledger.events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
 )
 from turnledger.sessions import (
@@ -238,7 +239,7 @@ def check_log(world: World, sid: str) -> None:
             if isinstance(ev, TurnSubmitted):
                 assert current is None
                 current = rid
-        elif isinstance(ev, StreamStarted):
+        elif isinstance(ev, (StreamStarted, TurnRetried)):
             assert rid == current  # invariant 3
         elif isinstance(ev, (TurnCommitted, TurnDiscarded)):
             assert rid == current  # invariants 2 and 3

@@ -18,14 +18,17 @@ import trio
 
 from .. import __version__
 from ..adapters.providers import OllamaChat, OpenAIChat
-from ..events import DEFAULT_CODEC, EventStore
+from ..events import DEFAULT_CODEC, EventStore, Window
 from ..sessions import (
+    Budget,
     CommittedResult,
     DiscardedResult,
     Hub,
+    SessionState,
     TurnHandle,
     TurnResult,
     open_hub,
+    prompt_token_cap,
     replay,
 )
 from ._args import at_least, http_url, key_json, positive, text_arg
@@ -94,6 +97,15 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="cap on the request body, in bytes, e.g. 200000")  # fmt: skip
     c.add_argument("--max-prompt-tokens", type=positive(int), default=None, metavar="N",
                    help="cap on the estimated prompt tokens (~4 characters a token)")  # fmt: skip
+    c.add_argument("--context-window", type=positive(int), default=None, metavar="TOKENS",
+                   help="the model's context window (default: ask the server, else a "
+                   "known model family, else 8192)")  # fmt: skip
+    c.add_argument("--output-reserve", type=at_least(0), default=None, metavar="TOKENS",
+                   help="tokens of the window kept for the answer (default: --max-tokens, "
+                   "else a quarter of the window, at most 4096)")  # fmt: skip
+    c.add_argument("--window", type=positive(int), default=None, metavar="N",
+                   help="history policy Window(N): keep at most N turns in the context, "
+                   "evicted turns never come back (default: Ledger, keep every turn)")  # fmt: skip
     c.add_argument("--timeout", type=positive(float), default=120.0, metavar="SECONDS",
                    help="overall deadline per turn (default: %(default)s)")  # fmt: skip
     c.add_argument("--max-tokens", type=at_least(1), default=None, metavar="N",
@@ -358,6 +370,9 @@ async def _run_chat(args: argparse.Namespace) -> int:
             read_timeout=timeout.read,
             turn_deadline=args.timeout,
         )
+        window, reserve = args.context_window, args.output_reserve
+        if window is not None and reserve is not None and reserve >= window:
+            raise Exit(EXIT_USAGE, "--output-reserve must be below --context-window")
         store = await open_to_write(db)
         try:
             session_id = await _fresh_id(store, args.session) if args.new else args.session
@@ -377,8 +392,18 @@ async def _run_chat(args: argparse.Namespace) -> int:
                     system=args.system or "",
                     max_request_bytes=args.max_request_bytes,
                     max_prompt_tokens=args.max_prompt_tokens,
+                    context_window=window,
+                    output_reserve=reserve,
+                    policy=None if args.window is None else Window(args.window),
                     turn_deadline=args.timeout,
                 ) as hub:
+                    state = await hub.open_session(session_id)
+                    window_line = _window_line(state, args.max_prompt_tokens)
+                    if chat.interactive:
+                        chat.say(f"  window    {window_line}")
+                    elif not args.log_json and sys.stderr.isatty():
+                        # (JSON logs carry it as their context_window line.)
+                        print(f"[{window_line}]", file=sys.stderr, flush=True)
                     with chat.scope:
                         if chat.interactive:
                             history = data_dir() / "input-history"
@@ -399,6 +424,22 @@ _HELP = """commands:
 Enter asks; Esc-Enter (or Alt-Enter) starts a new line; a pasted block is one question.
 Up/Down recall earlier input. Ctrl-C during an answer cancels it: nothing is saved.
 A question that starts with / is written //..."""
+
+
+def _window_line(state: SessionState, max_prompt_tokens: int | None) -> str:
+    """The window and reserve that apply, where they came from, and the budget."""
+    config = state.config
+    assert config is not None
+    cap = prompt_token_cap(state, Budget(max_prompt_tokens=max_prompt_tokens))
+    if config.context_window is None:
+        line = "no context window recorded for this session"
+    else:
+        line = (
+            f"context window {config.context_window} tokens ({config.window_source}), "
+            f"{config.output_reserve} kept for the answer"
+        )
+    budget = "no prompt token budget" if cap is None else f"prompt budget ~{cap} tokens"
+    return f"{line}; {budget}"
 
 
 class _Conversation:

@@ -235,7 +235,8 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
         await store.aclose()
     if not args.json:
         print(
-            f"{'session':<24} {'turns':>5} {'events':>6}  {'phase':<10} {'last outcome':<24}"
+            f"{'session':<24} {'turns':>5} {'events':>6}  {'phase':<10} "
+            f"{'prompt':>8} {'compl.':>7} {'dropped':>7}  {'last outcome':<24}"
             + ("  owner (host pid, lease epoch, expiry)" if owners is not None else "")
         )
     for sid, events in streams.items():
@@ -248,7 +249,9 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
         else:
             line = (
                 f"{visible(sid):<24} {summary['turns']:>5} {summary['events']:>6}  "
-                f"{summary['phase']:<10} {visible(summary['last_outcome'] or '-'):<24}"
+                f"{summary['phase']:<10} {summary['prompt_tokens']:>8} "
+                f"{summary['completion_tokens']:>7} {summary['turns_dropped']:>7}  "
+                f"{visible(summary['last_outcome'] or '-'):<24}"
             )
             if owners is not None:
                 line += f"  {_owner_text(lease)}"

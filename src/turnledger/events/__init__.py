@@ -8,6 +8,7 @@ from ._envelope import StoredEvent
 from ._events import (
     DISCARD_REASONS,
     REJECT_REASONS,
+    WINDOW_SOURCES,
     CompletionIgnored,
     DiscardReason,
     Event,
@@ -28,9 +29,11 @@ from ._events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
     Usage,
     Window,
+    WindowSource,
 )
 from ._store import EventDecoder, EventStore, PayloadNotJSON
 from .codec import DEFAULT_CODEC, SCHEMA_VERSIONS, WIRE_TAGS, EventCodec
@@ -40,6 +43,7 @@ __all__ = [
     "DISCARD_REASONS",
     "REJECT_REASONS",
     "SCHEMA_VERSIONS",
+    "WINDOW_SOURCES",
     "WIRE_TAGS",
     "CompletionIgnored",
     "DiscardReason",
@@ -66,7 +70,9 @@ __all__ = [
     "TurnCommitted",
     "TurnDiscarded",
     "TurnRejected",
+    "TurnRetried",
     "TurnSubmitted",
     "Usage",
     "Window",
+    "WindowSource",
 ]

@@ -16,6 +16,7 @@ import attrs
 __all__ = [
     "DISCARD_REASONS",
     "REJECT_REASONS",
+    "WINDOW_SOURCES",
     "CompletionIgnored",
     "DiscardReason",
     "Event",
@@ -36,9 +37,11 @@ __all__ = [
     "TurnCommitted",
     "TurnDiscarded",
     "TurnRejected",
+    "TurnRetried",
     "TurnSubmitted",
     "Usage",
     "Window",
+    "WindowSource",
 ]
 
 SessionId = NewType("SessionId", str)
@@ -60,6 +63,7 @@ DiscardReason: TypeAlias = Literal[
     "limit",
     "conflict",
     "tool_error",
+    "context_overflow",
 ]
 #: The closed set of reasons a turn can be discarded for.
 DISCARD_REASONS: Final[frozenset[str]] = frozenset(get_args(DiscardReason))
@@ -69,6 +73,12 @@ RejectReason: TypeAlias = Literal["empty_question", "invalid_question", "over_bu
 REJECT_REASONS: Final[frozenset[str]] = frozenset(get_args(RejectReason))
 
 OnBusy: TypeAlias = Literal["reject", "supersede"]
+
+#: Where a session's context window came from: given by the user, discovered
+#: from the server, a fallback (a known model family or the default), or
+#: ``none`` (a session started before windows were recorded: no token cap).
+WindowSource: TypeAlias = Literal["user", "discovered", "fallback", "none"]
+WINDOW_SOURCES: Final[frozenset[str]] = frozenset(get_args(WindowSource))
 
 
 @attrs.frozen
@@ -148,6 +158,13 @@ class SessionStarted:
     #: Tool-call rounds a turn may take before it is discarded as ``limit``.
     max_tool_rounds: int = attrs.field(default=8, validator=attrs.validators.ge(1))
     on_tool_error: ToolErrorPolicy = "report"
+    #: The model's context window in tokens (prompt + answer); ``None``: unknown.
+    context_window: int | None = None
+    #: Tokens of the window kept for the answer; the prompt budget is
+    #: ``context_window - output_reserve``.
+    output_reserve: int | None = None
+    #: Where the window and the reserve came from.
+    window_source: WindowSource = "none"
 
 
 @attrs.frozen
@@ -162,6 +179,24 @@ class TurnSubmitted:
     turns_dropped: int
     #: Exact UTF-8 size of the request body the adapter sends.
     request_bytes: int
+    #: The request's prompt tokens by the session's estimator (uncalibrated);
+    #: ``None`` in logs written before estimates were recorded.
+    estimated_prompt_tokens: int | None = None
+
+
+@attrs.frozen
+class TurnRetried:
+    """The request in flight failed before anything reached the caller
+    (``reason``: ``context_overflow``) and goes out again, once, under the
+    same request id, with the smaller projection recorded here."""
+
+    request_id: RequestId
+    reason: DiscardReason
+    detail: str
+    turns_sent: int
+    turns_dropped: int
+    request_bytes: int
+    estimated_prompt_tokens: int
 
 
 @attrs.frozen
@@ -256,11 +291,14 @@ class CompletionIgnored:
     request_id: RequestId
     #: ``completed`` or ``failed:<reason>``.
     outcome: str
+    #: Usage the server reported for it: a late answer is still paid for.
+    usage: Usage | None = None
 
 
 Event: TypeAlias = (
     SessionStarted
     | TurnSubmitted
+    | TurnRetried
     | TurnRejected
     | StreamStarted
     | TurnCommitted

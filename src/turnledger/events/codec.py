@@ -34,6 +34,7 @@ from ._events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
     Window,
 )
@@ -67,21 +68,23 @@ WIRE_TAGS: Final[Mapping[type[Any], str]] = {
     ToolCallsRequested: "tool_calls_requested",
     ToolResultRecorded: "tool_result_recorded",
     ToolRoundSubmitted: "tool_round_submitted",
+    TurnRetried: "turn_retried",
 }
 _CLASSES: Final[Mapping[str, type[Any]]] = {tag: cls for cls, tag in WIRE_TAGS.items()}
 
 #: Current schema version of each tag's payload.
 SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "session_started": 3,
-    "turn_submitted": 1,
+    "turn_submitted": 2,
     "turn_rejected": 1,
     "stream_started": 1,
     "turn_committed": 1,
     "turn_discarded": 2,
-    "completion_ignored": 1,
+    "completion_ignored": 2,
     "tool_calls_requested": 1,
     "tool_result_recorded": 1,
     "tool_round_submitted": 1,
+    "turn_retried": 1,
 }
 
 _POLICY_TAGS: Final[Mapping[type[Any], str]] = {Ledger: "ledger", Window: "window"}
@@ -103,13 +106,17 @@ def _session_started_v1_to_v2(payload: Payload) -> Payload:
 
 
 def _session_started_v2_to_v3(payload: Payload) -> Payload:
-    # v2 had no tools: a plain chat session.
+    # v2 had no tools (a plain chat session) and recorded no context window
+    # (such a session keeps working as it did, with no token cap of its own).
     return {
         **payload,
         "tools": [],
         "tool_choice": "auto",
         "max_tool_rounds": 8,
         "on_tool_error": "report",
+        "context_window": None,
+        "output_reserve": None,
+        "window_source": "none",
     }
 
 
@@ -118,11 +125,23 @@ def _turn_discarded_v1_to_v2(payload: Payload) -> Payload:
     return {**payload, "preview_chars": 0}
 
 
+def _turn_submitted_v1_to_v2(payload: Payload) -> Payload:
+    # v1 did not record the prompt's estimated tokens.
+    return {**payload, "estimated_prompt_tokens": None}
+
+
+def _completion_ignored_v1_to_v2(payload: Payload) -> Payload:
+    # v1 did not record the usage of a late answer.
+    return {**payload, "usage": None}
+
+
 #: The upcasters of this release: ``(tag, from_version) -> step to from_version + 1``.
 UPCASTERS: Final[Mapping[tuple[str, int], Upcaster]] = {
     ("session_started", 1): _session_started_v1_to_v2,
     ("session_started", 2): _session_started_v2_to_v3,
+    ("turn_submitted", 1): _turn_submitted_v1_to_v2,
     ("turn_discarded", 1): _turn_discarded_v1_to_v2,
+    ("completion_ignored", 1): _completion_ignored_v1_to_v2,
 }
 
 

@@ -53,6 +53,7 @@ from ._machine import (
     evolve,
     initial_state,
     is_in_flight,
+    prompt_token_cap,
     replay,
     request_messages,
 )
@@ -69,7 +70,7 @@ from ._messages import (
     Timeout,
     ToolDone,
 )
-from ._ports import ChatRequest, Completion, Provider, StreamSink
+from ._ports import ChatRequest, Completion, DescribesModels, ModelInfo, Provider, StreamSink
 from ._projection import (
     Budget,
     CharTokenEstimator,
@@ -100,6 +101,7 @@ __all__ = [
     "CommittedResult",
     "Completed",
     "Completion",
+    "DescribesModels",
     "Discarded",
     "DiscardedResult",
     "Ending",
@@ -114,6 +116,7 @@ __all__ = [
     "Interrupt",
     "JsonChatEncoder",
     "Message",
+    "ModelInfo",
     "Pending",
     "Plan",
     "Provider",
@@ -145,6 +148,7 @@ __all__ = [
     "is_in_flight",
     "open_hub",
     "plan",
+    "prompt_token_cap",
     "replay",
     "replay_sessions",
     "request_messages",

@@ -80,7 +80,9 @@ from ..events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
+    Usage,
     Window,
 )
 from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
@@ -118,6 +120,7 @@ __all__ = [
     "evolve",
     "initial_state",
     "is_in_flight",
+    "prompt_token_cap",
     "replay",
     "request_messages",
 ]
@@ -140,6 +143,15 @@ class InFlight:
     round: int = 0
     #: The tool rounds so far; the last one may still wait for results.
     rounds: tuple[ToolRound, ...] = ()
+    #: The request's estimated prompt tokens (``None`` in old logs).
+    estimated_prompt_tokens: int | None = None
+    #: 1, or 2 once it went out again after a context overflow.
+    attempt: int = 1
+
+
+#: Bounds of the calibration ratio (actual / estimated prompt tokens): a
+#: server reporting absurd usage must not shrink the budget to nothing.
+_MAX_RATIO: Final = 4
 
 
 @attrs.frozen(kw_only=True)
@@ -156,6 +168,14 @@ class _State:
     version: int = 0
     #: Request id of the current or most recent turn.
     last_request_id: RequestId | None = None
+    #: The largest ratio of reported to estimated prompt tokens seen, as
+    #: ``(reported, estimated)``; ``None`` before any usage was reported.
+    calibration: tuple[int, int] | None = None
+    #: The largest estimated prompt tokens of a request that committed.
+    largest_ok: int = 0
+    #: After a context overflow: the estimated prompt tokens a request may
+    #: have at most, below the size that failed.
+    overflow_cap: int | None = None
 
     @property
     def context(self) -> tuple[Turn, ...]:
@@ -246,7 +266,7 @@ TRANSITIONS: Final[_MessageTable] = {
         Interrupt: frozenset({Discarded}),
         ResponseStarted: frozenset({Pending, Streaming}),
         Completed: frozenset({Pending, Committed, Discarded, AwaitingTools}),
-        Failed: frozenset({Pending, Discarded}),
+        Failed: frozenset({Pending, Discarded}),  # Pending: the same turn, retried
         ToolDone: frozenset({Pending}),
     },
     Streaming: {
@@ -255,8 +275,8 @@ TRANSITIONS: Final[_MessageTable] = {
         Timeout: frozenset({Streaming, Discarded}),
         Interrupt: frozenset({Discarded}),
         ResponseStarted: frozenset({Streaming}),
-        Completed: frozenset({Streaming, Committed, Discarded, AwaitingTools}),
-        Failed: frozenset({Streaming, Discarded}),
+        Completed: frozenset({Streaming, Committed, Discarded, AwaitingTools, Pending}),
+        Failed: frozenset({Streaming, Discarded, Pending}),
         ToolDone: frozenset({Streaming}),
     },
     AwaitingTools: {
@@ -284,6 +304,7 @@ EVENT_TRANSITIONS: Final[_EventTable] = {
     Discarded: {TurnSubmitted: Pending, TurnRejected: None, CompletionIgnored: None},
     Pending: {
         StreamStarted: Streaming,
+        TurnRetried: Pending,
         TurnCommitted: Committed,
         TurnDiscarded: Discarded,
         TurnRejected: None,
@@ -291,6 +312,7 @@ EVENT_TRANSITIONS: Final[_EventTable] = {
         ToolCallsRequested: AwaitingTools,
     },
     Streaming: {
+        TurnRetried: Pending,
         TurnCommitted: Committed,
         TurnDiscarded: Discarded,
         TurnRejected: None,
@@ -351,6 +373,17 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
         raise InvalidCommand("the session has already started")
     if not (_is_text(msg.system) and _is_text(msg.model)):
         raise InvalidCommand("the system prompt and the model must be valid Unicode text")
+    window, reserve = msg.context_window, msg.output_reserve
+    if window is None:
+        if reserve is not None or msg.window_source != "none":
+            raise InvalidCommand("an output reserve or a window source needs a context window")
+    elif window < 1 or reserve is None or not 0 <= reserve < window:
+        raise InvalidCommand(
+            f"the context window must be positive and the output reserve below it "
+            f"(window {window}, reserve {reserve})"
+        )
+    elif msg.window_source == "none":
+        raise InvalidCommand("a context window needs its source")
     try:
         started = SessionStarted(
             msg.system,
@@ -361,6 +394,9 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
             msg.tool_choice,
             msg.max_tool_rounds,
             msg.on_tool_error,
+            window,
+            reserve,
+            msg.window_source,
         )
     except (TypeError, ValueError) as exc:
         raise InvalidCommand(f"invalid session settings: {exc}") from None
@@ -368,6 +404,123 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
     if len(set(names)) != len(names):
         raise InvalidCommand("two tools have the same name")
     return (started,)
+
+
+def prompt_token_cap(state: SessionState, budget: Budget) -> int | None:
+    """The most *estimated* prompt tokens a request of this session may have.
+
+    The smallest of the hub's ``max_prompt_tokens``, the session's window
+    minus its output reserve divided by the calibration (the largest ratio
+    of reported to estimated tokens seen, so the calibrated estimate of a
+    request never exceeds the room), and the cap a context overflow left.
+    ``None``: no token cap.
+    """
+    caps: list[int] = []
+    if budget.max_prompt_tokens is not None:
+        caps.append(budget.max_prompt_tokens)
+    config = state.config
+    if config is not None and config.context_window is not None:
+        room = config.context_window - (config.output_reserve or 0)
+        reported, estimated = state.calibration or (1, 1)
+        # raw * reported / estimated <= room, in integers.
+        caps.append(room * estimated // reported)
+    if state.overflow_cap is not None:
+        caps.append(state.overflow_cap)
+    return min(caps) if caps else None
+
+
+def _session_budget(state: SessionState, budget: Budget) -> Budget:
+    cap = prompt_token_cap(state, budget)
+    if cap == budget.max_prompt_tokens:
+        return budget
+    return attrs.evolve(budget, max_prompt_tokens=cap)
+
+
+def _cap_after_overflow(state: SessionState) -> int | None:
+    # Below the request that overflowed: the largest that committed, if it
+    # was smaller, or else three quarters of the one that failed.
+    assert isinstance(state, _IN_FLIGHT)
+    failed = state.request.estimated_prompt_tokens
+    if failed is None:
+        return state.overflow_cap
+    ok = state.largest_ok
+    cap = ok if 0 < ok < failed else failed * 3 // 4
+    return cap if state.overflow_cap is None else min(cap, state.overflow_cap)
+
+
+def _calibrated(state: SessionState, usage: Usage | None) -> tuple[int, int] | None:
+    assert isinstance(state, _IN_FLIGHT)
+    estimated = state.request.estimated_prompt_tokens
+    reported = usage.prompt_tokens if usage is not None else None
+    current = state.calibration
+    if not estimated or not reported or reported < 0:
+        return current
+    ratio = (reported, estimated)
+    if reported > _MAX_RATIO * estimated:
+        ratio = (_MAX_RATIO, 1)
+    elif _MAX_RATIO * reported < estimated:
+        ratio = (1, _MAX_RATIO)
+    if current is None or ratio[0] * current[1] > current[0] * ratio[1]:
+        return ratio
+    return current
+
+
+#: Failures that, with nothing shown yet, answer a request larger than any
+#: that committed: llama-cpp-python's way of saying the context overflowed.
+_SILENT_OVERFLOW: Final = frozenset({"incomplete_stream", "transport"})
+
+
+def _looks_like_overflow(state: SessionState, reason: str, preview: int) -> bool:
+    assert isinstance(state, _IN_FLIGHT)
+    estimated = state.request.estimated_prompt_tokens
+    return (
+        reason in _SILENT_OVERFLOW
+        and preview == 0
+        and state.largest_ok > 0
+        and estimated is not None
+        and estimated > state.largest_ok
+    )
+
+
+def _overflowed(
+    state: SessionState, detail: str, budget: Budget, preview: int
+) -> tuple[Event, ...]:
+    # Retry once, with the smaller projection, when nothing reached the caller.
+    assert isinstance(state, _IN_FLIGHT) and state.config is not None
+    req = state.request
+    rid = req.request_id
+    # Only a turn's first round is planned again: a later round's request
+    # carries the turn's tool rounds, which a plan does not measure.
+    if (
+        preview == 0
+        and req.attempt == 1
+        and req.round == 0
+        and req.estimated_prompt_tokens is not None
+    ):
+        shrunk = attrs.evolve(state, overflow_cap=_cap_after_overflow(state))
+        p = plan(
+            state.config.model,
+            state.config.system,
+            state.turns,
+            state.context_start,
+            req.question,
+            _session_budget(shrunk, budget),
+            state.config.tools,
+            state.config.tool_choice,
+        )
+        if p.fits and p.prompt_tokens < req.estimated_prompt_tokens:
+            return (
+                TurnRetried(
+                    rid,
+                    "context_overflow",
+                    detail,
+                    p.turns_sent,
+                    p.turns_dropped,
+                    p.request_bytes,
+                    p.prompt_tokens,
+                ),
+            )
+    return (TurnDiscarded(rid, "context_overflow", detail, preview),)
 
 
 def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
@@ -385,6 +538,7 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
     superseding = current is not None and config.on_busy == "supersede"
     if current is not None and not superseding:
         return (TurnRejected(rid, "busy", f"request {current} is in flight"),)
+    budget = _session_budget(state, budget)
     p = plan(
         config.model,
         config.system,
@@ -407,7 +561,9 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
                 f"the budget is {budget.max_prompt_tokens}"
             )
         return (TurnRejected(rid, "over_budget", detail),)
-    submitted = TurnSubmitted(rid, msg.question, p.turns_sent, p.turns_dropped, p.request_bytes)
+    submitted = TurnSubmitted(
+        rid, msg.question, p.turns_sent, p.turns_dropped, p.request_bytes, p.prompt_tokens
+    )
     if superseding:
         assert current is not None
         return (TurnDiscarded(current, "superseded", f"by {rid}", preview), submitted)
@@ -495,7 +651,7 @@ def _completed(
     assert isinstance(msg, Completed)
     rid = msg.request_id
     if not _is_current_round(state, rid, msg.round):
-        return (CompletionIgnored(rid, "completed"),)
+        return (CompletionIgnored(rid, "completed", msg.usage),)
     if msg.tool_calls:
         return _tool_calls(state, msg, preview)
     if not msg.answer.strip():
@@ -513,7 +669,15 @@ def _failed(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
     rid = msg.request_id
     if not _is_current_round(state, rid, msg.round):
         return (CompletionIgnored(rid, f"failed:{msg.failure.reason}"),)
-    return (TurnDiscarded(rid, msg.failure.reason, msg.failure.detail, preview),)
+    reason, detail = msg.failure.reason, msg.failure.detail
+    if reason == "context_overflow":
+        return _overflowed(state, detail, budget, preview)
+    if _looks_like_overflow(state, reason, preview):
+        return _overflowed(state, _SILENT_DETAIL.format(f"{reason} ({detail})"), budget, preview)
+    return (TurnDiscarded(rid, reason, detail, preview),)
+
+
+_SILENT_DETAIL: Final = "{} for a request larger than any that committed"
 
 
 def _tool_done(
@@ -547,6 +711,7 @@ def _tool_done(
 def _next_round(state: AwaitingTools, budget: Budget, preview: int) -> Event:
     config = state.config
     assert config is not None
+    budget = _session_budget(state, budget)
     req = state.request
     messages = build_messages(config.system, state.turns, req.turns_sent, req.question, req.rounds)
     size = len(budget.encoder.encode(config.model, messages, config.tools, config.tool_choice))
@@ -643,6 +808,9 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         "endings": state.endings,
         "version": version,
         "last_request_id": state.last_request_id,
+        "calibration": state.calibration,
+        "largest_ok": state.largest_ok,
+        "overflow_cap": state.overflow_cap,
     }
     if isinstance(event, SessionStarted):
         if state.config is not None or state.version != 0:
@@ -659,6 +827,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             event.turns_sent,
             event.turns_dropped,
             event.request_bytes,
+            estimated_prompt_tokens=event.estimated_prompt_tokens,
         )
         return Pending(**{**base, "last_request_id": event.request_id}, request=req)
     if isinstance(event, TurnRejected):
@@ -676,6 +845,19 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         return Streaming(**base, request=state.request)
     if isinstance(event, (ToolCallsRequested, ToolResultRecorded, ToolRoundSubmitted)):
         return _evolve_round(state, event, base)
+    if isinstance(event, TurnRetried):
+        if state.request.attempt > 1:
+            raise ReplayError(f"request {event.request_id!r} retried twice")
+        req = attrs.evolve(
+            state.request,
+            turns_sent=event.turns_sent,
+            turns_dropped=event.turns_dropped,
+            request_bytes=event.request_bytes,
+            estimated_prompt_tokens=event.estimated_prompt_tokens,
+            attempt=2,
+        )
+        base["overflow_cap"] = _cap_after_overflow(state)
+        return Pending(**base, request=req)
     if isinstance(event, TurnCommitted):
         n = len(state.turns)
         q = state.request.question
@@ -691,11 +873,15 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         base["endings"] = state.endings.record(
             event.request_id, Ending("committed", "", "", event.answer)
         )
+        base["calibration"] = _calibrated(state, event.usage)
+        base["largest_ok"] = max(state.largest_ok, state.request.estimated_prompt_tokens or 0)
         return Committed(**base)
     assert isinstance(event, TurnDiscarded)
     base["endings"] = state.endings.record(
         event.request_id, Ending("discarded", event.reason, event.detail)
     )
+    if event.reason == "context_overflow":
+        base["overflow_cap"] = _cap_after_overflow(state)
     return Discarded(**base, reason=event.reason)
 
 

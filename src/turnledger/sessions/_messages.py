@@ -22,6 +22,7 @@ from ..events import (
     ToolErrorPolicy,
     ToolSpec,
     Usage,
+    WindowSource,
 )
 
 __all__ = [
@@ -75,6 +76,11 @@ class Start:
     tool_choice: str = "auto"
     max_tool_rounds: int = 8
     on_tool_error: ToolErrorPolicy = "report"
+    #: The model's context window (tokens) and the part of it kept for the
+    #: answer; ``None``: no window (only the hub's caps apply).
+    context_window: int | None = None
+    output_reserve: int | None = None
+    window_source: WindowSource = "none"
 
 
 @attrs.frozen

@@ -11,10 +11,10 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from ..events import RequestId, ToolCall, ToolSpec, Usage
+from ..events import RequestId, ToolCall, ToolSpec, Usage, WindowSource
 from ._request import ChatMessage, RequestEncoder
 
-__all__ = ["ChatRequest", "Completion", "Provider", "StreamSink"]
+__all__ = ["ChatRequest", "Completion", "DescribesModels", "ModelInfo", "Provider", "StreamSink"]
 
 
 @attrs.frozen
@@ -77,5 +77,43 @@ class Provider(Protocol):
 
         Cancellation: cancelling closes the HTTP response and the connection
         it used; no result is reported.
+        """
+        ...
+
+
+@attrs.frozen
+class ModelInfo:
+    """What a provider can tell about a model (see :class:`DescribesModels`)."""
+
+    #: The context window in tokens (prompt + answer); ``None``: unknown.
+    context_window: int | None = None
+    #: ``discovered`` (the server said) or ``fallback`` (a known model
+    #: family, or the default); ``user`` when the caller gave the window.
+    source: WindowSource = "fallback"
+    #: Whether the server reports token usage; ``None``: not known.
+    reports_usage: bool | None = None
+    #: The answer's token cap the provider sends (``max_tokens``), if any.
+    max_output_tokens: int | None = None
+    #: Why the window is a fallback (never server text); empty when discovered.
+    detail: str = ""
+
+
+@runtime_checkable
+class DescribesModels(Protocol):
+    """The optional part of the port: a provider that can describe a model.
+
+    The hub asks once per model when it creates a session; a provider without
+    it gets the fallback window.
+    """
+
+    async def describe(self, model: str, *, context_window: int | None = None) -> ModelInfo:
+        """What the provider knows about ``model``.
+
+        With ``context_window`` the caller has decided the window: the
+        provider only configures itself for it (Ollama sends it as
+        ``options.num_ctx``) and asks the server nothing about the window.
+
+        Must be quick (a short timeout), cached per model, and must not
+        raise for a server that cannot tell: it returns a fallback instead.
         """
         ...

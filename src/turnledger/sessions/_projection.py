@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import attrs
@@ -116,6 +116,8 @@ class Plan:
     mandatory_bytes: int
     #: Estimated prompt tokens of the system prompt plus the question alone.
     mandatory_tokens: int = 0
+    #: Estimated prompt tokens of the whole request (``-1`` if it does not fit).
+    prompt_tokens: int = 0
 
     @property
     def fits(self) -> bool:
@@ -240,7 +242,10 @@ def plan(
     if (limit is not None and mandatory_bytes > limit) or (
         max_tokens is not None and mandatory_tokens > max_tokens
     ):
-        return Plan(0, available, -1, mandatory_bytes, mandatory_tokens)
+        return Plan(0, available, -1, mandatory_bytes, mandatory_tokens, -1)
+    # The estimate is recorded with every request, capped or not (computed
+    # once per turn and estimator, like the sizes).
+    tokens = turns.prefix(("tokens", est.cache_key), _turn_tokens(est))
     # Sending turns[j:n] costs mandatory + prefix[n] - prefix[j]; the
     # smallest j >= context_start for which each cap holds is a binary
     # search, and a request must meet both caps.
@@ -249,11 +254,6 @@ def plan(
         threshold = mandatory_bytes + prefix[n] - limit
         start = max(start, bisect_left(prefix, threshold, 0, n + 1))
     if max_tokens is not None:
-
-        def turn_tokens(t: Turn) -> int:
-            return sum(est.message_tokens(m) for m in turn_messages(t))
-
-        tokens = turns.prefix(("tokens", est.cache_key), turn_tokens)
         start = max(start, bisect_left(tokens, mandatory_tokens + tokens[n] - max_tokens, 0, n + 1))
     sent = n - start
     return Plan(
@@ -262,7 +262,15 @@ def plan(
         mandatory_bytes + prefix[n] - prefix[start],
         mandatory_bytes,
         mandatory_tokens,
+        mandatory_tokens + tokens[n] - tokens[start],
     )
+
+
+def _turn_tokens(est: TokenEstimator) -> Callable[[Turn], int]:
+    def turn_tokens(t: Turn) -> int:
+        return sum(est.message_tokens(m) for m in turn_messages(t))
+
+    return turn_tokens
 
 
 def naive_plan(
@@ -293,5 +301,7 @@ def naive_plan(
         size = len(enc.encode(model, messages, tools, tool_choice))
         tokens = extra_tokens + sum(est.message_tokens(m) for m in messages)
         if (limit is None or size <= limit) and (max_tokens is None or tokens <= max_tokens):
-            return Plan(n - start, start - context_start, size, mandatory_bytes, mandatory_tokens)
-    return Plan(0, n - context_start, -1, mandatory_bytes, mandatory_tokens)
+            return Plan(
+                n - start, start - context_start, size, mandatory_bytes, mandatory_tokens, tokens
+            )
+    return Plan(0, n - context_start, -1, mandatory_bytes, mandatory_tokens, -1)

@@ -64,6 +64,7 @@ from ._scripted import (
     Step,
     echo_script,
 )
+from ._servers import ServerKind, model_server
 
 if _TYPE_CHECKING:
     from ._contract import EventStoreContract
@@ -87,12 +88,14 @@ __all__ = [
     "Responder",
     "Script",
     "ScriptedProvider",
+    "ServerKind",
     "Stall",
     "Step",
     "WritePause",
     "chat_responder",
     "echo_script",
     "error_reply",
+    "model_server",
     "ollama_json_reply",
     "ollama_ndjson_lines",
     "ollama_stream_reply",

@@ -28,7 +28,11 @@ pauses the writes, :class:`Stall` stops writing and keeps the connection
 open, :class:`Abort` closes it. Every exchange is recorded in
 :attr:`LoopbackServer.exchanges`: method, path, headers, body, and how it
 ended (completed, aborted by the script, or the client went away:
-:attr:`Exchange.client_disconnected`).
+:attr:`Exchange.client_disconnected`). A provider asking about a model
+(``GET .../models``, ``GET /props``, ``POST /api/show``...) is a *probe*:
+recorded in :attr:`LoopbackServer.probes`, answered by a responder or else
+404, never by a queued or listed reply. :func:`~._servers.model_server`
+plays whole servers with a context window.
 """
 
 from __future__ import annotations
@@ -171,6 +175,24 @@ Responder: TypeAlias = Callable[[Exchange], Reply]
 ReplyScript: TypeAlias = Reply | Sequence[Reply] | Responder
 
 
+def _is_probe(exchange: Exchange) -> bool:
+    path, method = exchange.path, exchange.method
+    if method == "POST":
+        return path == "/api/show"
+    return method == "GET" and (
+        path.endswith("/models") or path == "/props" or path.startswith("/api/v0/models/")
+    )
+
+
+def _not_found() -> Reply:
+    return Reply(
+        status=404,
+        media_type="application/json",
+        body=(b'{"error":"not found"}',),
+        framing="length",
+    )
+
+
 def _exhausted() -> Reply:
     return Reply(
         status=503,
@@ -211,8 +233,14 @@ class LoopbackServer:
             self._responder = script
         elif script is not None:
             self._queue.extend(script)
-        #: Every request received, in order.
+        #: Every request received, in order, except probes.
         self.exchanges: list[Exchange] = []
+        #: Every probe received, in order: a provider asking about a model
+        #: (``GET .../models``, ``GET /props``, ``GET /api/v0/models/...``,
+        #: ``POST /api/show``). Queued or listed replies never answer a
+        #: probe: it gets 404, or the responder's reply (404 if the responder
+        #: raises: it was written for chat requests only).
+        self.probes: list[Exchange] = []
         self._bound_port: int | None = None
 
     # -- configuration ---------------------------------------------------------
@@ -223,6 +251,16 @@ class LoopbackServer:
             self._queue.extend(replies)
 
     def _reply_for(self, exchange: Exchange) -> Reply:
+        if _is_probe(exchange):
+            if self._responder is not None:
+                try:
+                    return self._responder(exchange)
+                except Exception:
+                    # A responder written for chat requests only (one that
+                    # parses the body as a chat request, say) knows nothing
+                    # of this path.
+                    return _not_found()
+            return _not_found()
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
@@ -275,7 +313,7 @@ class LoopbackServer:
                 exchange, leftover, closed = await self._read_request(stream, leftover)
                 if exchange is None:
                     return
-                self.exchanges.append(exchange)
+                (self.probes if _is_probe(exchange) else self.exchanges).append(exchange)
                 keep = await self._respond(stream, exchange, self._reply_for(exchange), leftover)
                 leftover = keep[1]
                 if not keep[0] or closed:

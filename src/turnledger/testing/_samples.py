@@ -16,6 +16,7 @@ from ..events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
     Usage,
     Window,
@@ -31,8 +32,16 @@ def sample_events() -> list[Event]:
     backslashes, newlines, control characters and NUL)."""
     awkward = '你好，"Java" 🌱\\n\nline2\t\x01\x00end'
     return [
-        SessionStarted(awkward, "gpt-4o-mini", Window(4), "supersede"),
-        TurnSubmitted(_R, awkward, 3, 1, 1234),
+        SessionStarted(
+            awkward,
+            "gpt-4o-mini",
+            Window(4),
+            "supersede",
+            context_window=8192,
+            output_reserve=1024,
+            window_source="fallback",
+        ),
+        TurnSubmitted(_R, awkward, 3, 1, 1234, 321),
         TurnRejected(RequestId("r-0"), "busy", awkward),
         StreamStarted(_R),
         TurnCommitted(_R, awkward, "stop", Usage(10, 20, 30)),
@@ -51,4 +60,5 @@ def sample_events() -> list[Event]:
         ),
         ToolResultRecorded(_R, "c-1", awkward, True, 12),
         ToolRoundSubmitted(_R, 1, 4321),
+        TurnRetried(_R, "context_overflow", awkward, 1, 3, 600, 150),
     ]

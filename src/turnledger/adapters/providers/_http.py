@@ -10,13 +10,20 @@ httpx failure to a discard reason at this boundary::
     httpx.DecodingError                   -> malformed     (bad content encoding)
     any other httpx.HTTPError             -> transport     "connect error", "read error", ...
     status outside 2xx                    -> http_status   "HTTP 429"
+    a 4xx/5xx saying the prompt is longer
+      than the model's context window     -> context_overflow
     wrong media type                      -> protocol
+
+An error body is read (at most ``max_error_body_bytes``) only to recognise a
+context overflow by a few known markers; it is then thrown away, so nothing
+of it reaches a message, an event or a log line.
 
 Messages never contain the response body, the URL's query, or a header.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -28,13 +35,21 @@ import trio
 
 from ..._errors import DecodeError, ProviderError, StreamProtocolError
 from ..._logging import library_logger
-from ...sessions._ports import ChatRequest, Completion, StreamSink
-from ...sessions._request import JsonChatEncoder, ToolFormat
+from ...sessions._ports import ChatRequest, Completion, ModelInfo, StreamSink
+from ...sessions._request import JsonChatEncoder, RequestEncoder, ToolFormat
+from ...sessions._windows import plausible_window
 from ._limits import StreamLimits
 from ._retry import RetryPolicy
 from ._stream import MEDIA_TYPES, BodyDecoder, ResponseDecoder, describe
 
-__all__ = ["ChatTransport", "Secret", "map_httpx_error"]
+__all__ = [
+    "DESCRIBE_TIMEOUT",
+    "ChatTransport",
+    "Secret",
+    "is_context_overflow",
+    "map_httpx_error",
+    "window_from",
+]
 
 logger = library_logger("turnledger.providers")
 
@@ -112,20 +127,47 @@ def media_type(response: httpx.Response) -> str:
     return value.partition(";")[0].strip().lower()
 
 
-async def _drain(response: httpx.Response, cap: int) -> None:
-    # Read (and drop) a small error body so the connection may be reused;
-    # a bigger or slower one just closes the connection.
+#: What servers say when a prompt does not fit the model's context window
+#: (lower case): OpenAI, vLLM and LiteLLM's error code; llama.cpp's server;
+#: Ollama's error texts.
+OVERFLOW_MARKERS: tuple[bytes, ...] = (
+    b"context_length_exceeded",
+    b"exceeds the available context size",
+    b"exceed_context_size_error",
+    b"maximum context length",
+    b"exceeds the context length",
+    b"input length exceeds",
+    b"context length exceeded",
+)
+_OVERFLOW_STATUSES = frozenset({400, 413, 422, 500})
+
+
+async def _drain(response: httpx.Response, cap: int) -> bytes:
+    # Read a small error body so the connection may be reused, and return
+    # its start (to classify, never to show); a bigger or slower one just
+    # closes the connection.
     if cap <= 0:
-        return
+        return b""
+    parts: list[bytes] = []
     seen = 0
     with trio.move_on_after(1.0):
         try:
             async for chunk in response.aiter_raw():
+                parts.append(chunk)
                 seen += len(chunk)
                 if seen >= cap:
-                    return
+                    break
         except (httpx.HTTPError, httpx.StreamError):
-            return
+            pass
+    return b"".join(parts)[:cap]
+
+
+def is_context_overflow(status: int, body: bytes) -> bool:
+    """Whether an error response says the prompt exceeds the context window."""
+    if status not in _OVERFLOW_STATUSES:
+        return False
+    text = body.lower()
+    return any(marker in text for marker in OVERFLOW_MARKERS)
 
 
 class ChatTransport:
@@ -192,7 +234,12 @@ class ChatTransport:
                     )
                     if not 200 <= status < 300:
                         retry_after = response.headers.get("retry-after")
-                        await _drain(response, self._limits.max_error_body_bytes)
+                        head = await _drain(response, self._limits.max_error_body_bytes)
+                        if is_context_overflow(status, head):
+                            raise ProviderError(
+                                f"HTTP {status}: the prompt exceeds the model's context window",
+                                reason="context_overflow",
+                            )
                         failure = ProviderError(f"HTTP {status}", reason="http_status")
                         if self._retry is None or status not in self._retry.statuses:
                             raise failure
@@ -271,6 +318,23 @@ class ChatTransport:
         return completion
 
 
+#: Seconds each discovery request may take (the hub gives up sooner anyway).
+DESCRIBE_TIMEOUT = 2.0
+_MAX_DESCRIBE_BYTES = 1 << 20
+
+
+def window_from(value: Any) -> tuple[int | None, str]:
+    """A window a server reported, if it is believable: ``(window, "")`` or
+    ``(None, why)`` (``(None, "")`` when there was no value at all)."""
+    if value is None:
+        return None, ""
+    if plausible_window(value):
+        return value, ""
+    if type(value) is int:
+        return None, f"the server reported an implausible window ({value})"
+    return None, "the server reported a window that is not an integer"
+
+
 _OWNED_FIELDS = ("model", "messages", "stream")
 
 
@@ -310,7 +374,11 @@ class HTTPChatProvider:
         trust_env: bool,
     ) -> None:
         self._stream = stream
-        self._encoder = JsonChatEncoder(stream=stream, extra=fields, tool_format=self._tool_format)
+        self._encoder: RequestEncoder = JsonChatEncoder(
+            stream=stream, extra=fields, tool_format=self._tool_format
+        )
+        self._described: dict[str, ModelInfo] = {}
+        self._api_key_secret = Secret(api_key) if api_key else None
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=trust_env)
         self._limits = limits or StreamLimits()
@@ -331,9 +399,82 @@ class HTTPChatProvider:
         )
 
     @property
-    def encoder(self) -> JsonChatEncoder:
+    def encoder(self) -> RequestEncoder:
         """The encoder whose bytes are sent; the projection measures with it."""
         return self._encoder
+
+    # -- describing models -------------------------------------------------
+
+    #: The answer's token cap this provider sends, if any.
+    _max_output_tokens: int | None = None
+    #: Whether the server is asked for usage (and so reports it).
+    _reports_usage: bool | None = None
+
+    async def describe(self, model: str, *, context_window: int | None = None) -> ModelInfo:
+        """What the server says about ``model``: its context window, asked
+        once per model and cached (see :class:`~turnledger.sessions.DescribesModels`).
+
+        Never raises for a server that cannot tell (an HTTP error, a timeout
+        of :data:`DESCRIBE_TIMEOUT`, garbage, an implausible window): it
+        returns a fallback saying why. With ``context_window`` it asks
+        nothing and configures itself for that window.
+        """
+        if context_window is not None:
+            self._use_window(model, context_window)
+            return ModelInfo(context_window, "user", self._reports_usage, self._max_output_tokens)
+        known = self._described.get(model)
+        if known is None:
+            window, detail = await self._discover(model)
+            if window is None:
+                known = ModelInfo(
+                    None, "fallback", self._reports_usage, self._max_output_tokens, detail
+                )
+            else:
+                self._use_window(model, window)
+                known = ModelInfo(
+                    window, "discovered", self._reports_usage, self._max_output_tokens
+                )
+            self._described[model] = known
+        return known
+
+    def _use_window(self, model: str, window: int) -> None:
+        """Configure requests for ``model`` to use ``window`` (Ollama: ``num_ctx``)."""
+
+    async def _discover(self, model: str) -> tuple[int | None, str]:
+        """Ask the server for ``model``'s window: ``(window, "")`` or ``(None, why)``."""
+        return None, "the server has no way to tell"
+
+    async def _probe(self, method: str, url: str, body: Any = None) -> tuple[Any, str]:
+        """One discovery request: ``(parsed JSON, "")`` or ``(None, why)``.
+
+        The body is read up to 1 MiB and parsed; nothing of it is ever quoted.
+        """
+        headers = {"Accept": "application/json"}
+        if self._api_key_secret is not None:
+            headers["Authorization"] = f"Bearer {self._api_key_secret.reveal()}"
+        path = httpx.URL(url).path
+        try:
+            async with self._client.stream(
+                method,
+                url,
+                headers=headers,
+                json=body,
+                timeout=DESCRIBE_TIMEOUT,
+            ) as response:
+                if not 200 <= response.status_code < 300:
+                    await _drain(response, self._limits.max_error_body_bytes)
+                    return None, f"{method} {path}: HTTP {response.status_code}"
+                data = bytearray()
+                async for chunk in response.aiter_bytes():
+                    data += chunk
+                    if len(data) > _MAX_DESCRIBE_BYTES:
+                        return None, f"{method} {path}: the answer is too large"
+        except httpx.HTTPError as exc:
+            return None, f"{method} {path}: {map_httpx_error(exc)}"
+        try:
+            return json.loads(bytes(data)), ""
+        except ValueError:  # UnicodeDecodeError included
+            return None, f"{method} {path}: the answer is not JSON"
 
     @property
     def url(self) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from ._http import HTTPChatProvider, merge_extra
+from ._http import HTTPChatProvider, merge_extra, window_from
 from ._limits import StreamLimits
 from ._openai_chunks import OpenAIResponseDecoder, OpenAIStreamDecoder
 from ._retry import RetryPolicy
@@ -61,8 +61,9 @@ class OpenAIChat(HTTPChatProvider):
             never in a message or repr.
         stream: stream the answer (SSE) or ask for one JSON body.
         temperature, max_tokens, stop: request fields, sent only if given.
-        include_usage: ask for a usage frame (``stream_options``); servers
-            that ignore it still work, usage is optional.
+        include_usage: ask for a usage frame (``stream_options``, on by
+            default: the session calibrates its token estimate from it);
+            servers that ignore it still work, usage is optional.
         extra: further top-level request fields, sent after the ones above.
         headers: further HTTP headers.
         timeout: httpx timeouts (default :data:`DEFAULT_TIMEOUT`).
@@ -89,7 +90,7 @@ class OpenAIChat(HTTPChatProvider):
         temperature: float | None = None,
         max_tokens: int | None = None,
         stop: str | Sequence[str] | None = None,
-        include_usage: bool = False,
+        include_usage: bool = True,
         extra: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
@@ -100,6 +101,9 @@ class OpenAIChat(HTTPChatProvider):
         trust_env: bool = True,
     ) -> None:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self._base = base.rstrip("/")
+        self._max_output_tokens = max_tokens
+        self._reports_usage = True if include_usage or not stream else None
         super().__init__(
             url=base.rstrip("/") + "/chat/completions",
             api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
@@ -119,3 +123,60 @@ class OpenAIChat(HTTPChatProvider):
             client=client,
             trust_env=trust_env,
         )
+
+    async def _discover(self, model: str) -> tuple[int | None, str]:
+        """Ask the server for the model's window, the first that answers:
+
+        - ``GET /v1/models``: vLLM's ``max_model_len``, LM Studio's and
+          others' ``max_context_length`` / ``context_length`` for the model;
+        - ``GET /props`` (llama.cpp's server): ``n_ctx``, or
+          ``default_generation_settings.n_ctx``;
+        - ``GET /api/v0/models/<model>`` (LM Studio): ``max_context_length``.
+
+        OpenAI itself answers none of them: the fallback table applies.
+        """
+        root = self._base[: -len("/v1")] if self._base.endswith("/v1") else self._base
+        problems: list[str] = []
+
+        def note(why: str) -> None:
+            if why:
+                problems.append(why)
+
+        listing, why = await self._probe("GET", self._base + "/models")
+        note(why)
+        window, why = window_from(_in_model_list(listing, model))
+        note(why)
+        if window is not None:
+            return window, ""
+        props, why = await self._probe("GET", root + "/props")
+        note(why)
+        if isinstance(props, dict):
+            n_ctx = props.get("n_ctx")
+            settings = props.get("default_generation_settings")
+            if n_ctx is None and isinstance(settings, dict):
+                n_ctx = settings.get("n_ctx")
+            window, why = window_from(n_ctx)
+            note(why)
+            if window is not None:
+                return window, ""
+        lm, why = await self._probe("GET", f"{root}/api/v0/models/{model}")
+        note(why)
+        if isinstance(lm, dict):
+            window, why = window_from(lm.get("max_context_length"))
+            note(why)
+            if window is not None:
+                return window, ""
+        implausible = [p for p in problems if "window" in p]
+        return None, (implausible or ["the server does not report a context window"])[0]
+
+
+def _in_model_list(listing: object, model: str) -> object:
+    # {"data": [{"id": ..., "max_model_len": ...}, ...]} (OpenAI's list shape).
+    if not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
+        return None
+    for entry in listing["data"]:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            for key in ("max_model_len", "max_context_length", "context_length"):
+                if entry.get(key) is not None:
+                    return entry[key]
+    return None

@@ -62,6 +62,7 @@ from ...events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
 )
 from .._machine import (
@@ -411,8 +412,10 @@ class Actor:
     async def _recover(self) -> None:
         self.state = replay(await self.rt.store.read_decoded(self.session_id, DEFAULT_CODEC))
         if self.state.config is None:
+            rt = self.rt
+            start = await rt.windows.start(rt.provider, self._start, rt.config, self._log)
             try:
-                await self._handle([(self._start, None)])
+                await self._handle([(start, None)])
             except InvalidCommand:
                 # Another writer created the session between our read and our
                 # append; the retry reloaded its SessionStarted, which stands.
@@ -705,6 +708,12 @@ class Actor:
                         flight.round = ev.round
                         flight.last_activity = trio.current_time()
                         rt.timers.add(flight)  # the idle clock runs again
+                elif isinstance(ev, TurnRetried):
+                    flight = self._flight
+                    if flight is not None and flight.request_id == ev.request_id:
+                        # The same turn goes out again, with the smaller
+                        # projection: a new request task (in a scope of its own).
+                        flight.running = False
                 elif isinstance(ev, TurnCommitted):
                     self._turn_ended(
                         ev.request_id,

@@ -21,6 +21,7 @@ from .._ports import Provider
 from .._projection import Budget, TokenEstimator
 from .._tools import Tool
 from ._timers import Timers
+from ._window import WindowCache
 
 if TYPE_CHECKING:
     from ._actor import Actor
@@ -41,12 +42,25 @@ class Config:
     max_request_bytes: int | None
     max_prompt_tokens: int | None
     token_estimator: TokenEstimator
+    #: The context window (tokens) of new sessions; ``None``: ask the provider.
+    context_window: int | None = attrs.field(default=None)
+    #: Tokens of the window kept for the answer; ``None``: a default share.
+    output_reserve: int | None = attrs.field(default=None)
     turn_deadline: float | None = attrs.field(validator=_positive_or_none)
     idle_timeout: float | None = attrs.field(validator=_positive_or_none)
     passivate_after: float | None = attrs.field(validator=_positive_or_none)
     mailbox_size: int = attrs.field(validator=attrs.validators.ge(1))
     shutdown_grace: float = attrs.field(validator=attrs.validators.gt(0))
     clock: Callable[[], float]
+
+    def __attrs_post_init__(self) -> None:
+        window, reserve = self.context_window, self.output_reserve
+        if window is not None and (type(window) is not int or window < 1):
+            raise ValueError(f"context_window must be a positive integer or None, got {window!r}")
+        if reserve is not None and (type(reserve) is not int or reserve < 0):
+            raise ValueError(f"output_reserve must be an integer >= 0 or None, got {reserve!r}")
+        if window is not None and reserve is not None and reserve >= window:
+            raise ValueError(f"output_reserve ({reserve}) must be below context_window ({window})")
 
 
 class Counters:
@@ -115,3 +129,6 @@ class Runtime:
     def tools_of(self, session_id: str) -> Mapping[str, Tool]:
         """The tool functions a session's calls run."""
         return self.session_tools.get(session_id, self.tools)
+
+    #: What the provider said about each model's window.
+    windows: WindowCache = attrs.field(factory=WindowCache)

@@ -465,6 +465,8 @@ async def open_hub(
     max_request_bytes: int | None = None,
     max_prompt_tokens: int | None = None,
     token_estimator: TokenEstimator | None = None,
+    context_window: int | None = None,
+    output_reserve: int | None = None,
     turn_deadline: float | None = 60.0,
     idle_timeout: float | None = 30.0,
     passivate_after: float | None = 300.0,
@@ -493,6 +495,16 @@ async def open_hub(
         max_request_bytes: cap on the encoded request body; ``None`` for none.
         max_prompt_tokens: optional second cap, on the estimated prompt
             tokens (``token_estimator``, default :class:`CharTokenEstimator`).
+        context_window: the model's context window in tokens, for sessions
+            the hub creates. ``None`` (default): ask the provider once per
+            model (see :class:`~turnledger.sessions.DescribesModels`), else
+            a fallback (a known model family, or 8,192). Each session
+            records its window, reserve and their source in its first event;
+            its prompt budget is ``context_window - output_reserve`` by the
+            calibrated token estimate, on top of the caps above.
+        output_reserve: tokens of the window kept for the answer; ``None``:
+            the provider's ``max_tokens``, or a quarter of the window (at
+            most 4,096).
         turn_deadline: seconds a turn may take in all (``Timeout "deadline"``).
         idle_timeout: seconds without progress (response start or delta)
             before a turn is discarded (``Timeout "idle"``).
@@ -529,6 +541,8 @@ async def open_hub(
         max_request_bytes=max_request_bytes,
         max_prompt_tokens=max_prompt_tokens,
         token_estimator=token_estimator or CharTokenEstimator(),
+        context_window=context_window,
+        output_reserve=output_reserve,
         turn_deadline=turn_deadline,
         idle_timeout=idle_timeout,
         passivate_after=passivate_after,

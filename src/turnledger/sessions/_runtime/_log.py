@@ -22,7 +22,9 @@ from ...events import (
     TurnCommitted,
     TurnDiscarded,
     TurnRejected,
+    TurnRetried,
     TurnSubmitted,
+    Usage,
 )
 from .._machine import SessionState, current_request, ending_of
 from .._messages import (
@@ -60,6 +62,8 @@ EVENTS: Final[dict[str, str]] = {
     "late_completion": "info",
     "append_conflict": "warning",
     "request_error": "error",
+    "context_window": "info",
+    "context_window_fallback": "warning",
 }
 
 #: Every key that may appear in those lines (besides structlog's own
@@ -93,6 +97,13 @@ FIELDS: Final[frozenset[str]] = frozenset(
         "expected_version",
         "actual_version",
         "attempt",
+        "model",
+        "context_window",
+        "output_reserve",
+        "window_source",
+        "estimated_prompt_tokens",
+        "prompt_tokens",
+        "completion_tokens",
     }
 )
 
@@ -151,15 +162,31 @@ def message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
 def transition_fields(event: Event) -> dict[str, Any]:
     """The event's own fields of a ``transition`` line (never message text)."""
     out: dict[str, Any] = {"tag": WIRE_TAGS[type(event)]}
-    out["request_id"] = None if isinstance(event, SessionStarted) else event.request_id
+    if isinstance(event, SessionStarted):
+        out["request_id"] = None
+        out["context_window"] = event.context_window
+        out["output_reserve"] = event.output_reserve
+        out["window_source"] = event.window_source
+        return out
+    out["request_id"] = event.request_id
     if isinstance(event, TurnSubmitted):
         out["question_chars"] = len(event.question)
         out["turns_sent"] = event.turns_sent
         out["turns_dropped"] = event.turns_dropped
         out["request_bytes"] = event.request_bytes
+        out["estimated_prompt_tokens"] = event.estimated_prompt_tokens
+    elif isinstance(event, TurnRetried):
+        out["attempt"] = 2
+        out["reason"] = event.reason
+        out["detail"] = event.detail
+        out["turns_sent"] = event.turns_sent
+        out["turns_dropped"] = event.turns_dropped
+        out["request_bytes"] = event.request_bytes
+        out["estimated_prompt_tokens"] = event.estimated_prompt_tokens
     elif isinstance(event, TurnCommitted):
         out["answer_chars"] = len(event.answer)
         out["finish_reason"] = event.finish_reason
+        _usage_fields(out, event.usage)
     elif isinstance(event, TurnDiscarded):
         out["reason"] = event.reason
         out["detail"] = event.detail
@@ -169,6 +196,7 @@ def transition_fields(event: Event) -> dict[str, Any]:
         out["detail"] = event.detail
     elif isinstance(event, CompletionIgnored):
         out["outcome"] = event.outcome
+        _usage_fields(out, event.usage)
     elif isinstance(event, ToolCallsRequested):
         out["round"] = event.round
         out["tools"] = [c.name for c in event.calls]
@@ -182,3 +210,8 @@ def transition_fields(event: Event) -> dict[str, Any]:
         out["round"] = event.round
         out["request_bytes"] = event.request_bytes
     return out
+
+
+def _usage_fields(out: dict[str, Any], usage: Usage | None) -> None:
+    out["prompt_tokens"] = None if usage is None else usage.prompt_tokens
+    out["completion_tokens"] = None if usage is None else usage.completion_tokens
