@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,33 @@ def test_every_command_and_option_has_help_and_an_example() -> None:
 def test_license_is_mit_with_the_authors() -> None:
     text = (CLI.parents[2] / "LICENSE").read_text(encoding="utf-8")
     assert text.startswith("MIT License") and "Copyright (c) 2026 the turnledger authors" in text
+
+
+def test_the_command_line_works_without_the_serve_extra(tmp_path: Path) -> None:
+    # The README's first command installs turnledger without extras: every
+    # command but serve must work, and serve must say what to install.
+    block = (
+        "import sys\n"
+        "for name in ('starlette', 'hypercorn'):\n"
+        "    sys.modules[name] = None  # as if not installed\n"
+        "from turnledger.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", block, *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")},
+        )
+
+    demo = run("demo", "--db", "d.db")
+    assert demo.returncode == 0, demo.stderr
+    assert "replayed history matches the live session" in demo.stdout
+    serve = run("serve", "--db", "s.db")
+    assert serve.returncode == 2
+    assert "pip install 'turnledger[serve]'" in serve.stderr
+    assert not (tmp_path / "s.db").exists()

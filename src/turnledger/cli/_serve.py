@@ -22,9 +22,12 @@ async def _model_server(args: argparse.Namespace) -> AsyncIterator[str]:
 
 
 async def _cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        from ..serve import ServeOptionsError, run_serve
-    except ImportError as exc:  # the server stack is an extra
+    from ..serve import ServeOptionsError, run_serve
+
+    try:  # the server stack is an extra; every other command works without it
+        import hypercorn.trio  # noqa: F401
+        import starlette.applications  # noqa: F401
+    except ImportError as exc:
         raise Exit(
             EXIT_USAGE, f"serve needs the serve extra: pip install 'turnledger[serve]' ({exc})"
         ) from None

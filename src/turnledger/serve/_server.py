@@ -19,8 +19,6 @@ from typing import Any
 import structlog
 import trio
 
-from ._app import ServeSettings, create_app
-
 __all__ = ["ServeOptionsError", "add_serve_arguments", "run_serve"]
 
 log = structlog.get_logger("turnledger.serve")
@@ -143,11 +141,14 @@ async def run_serve(
     ``--base-url``, ``endpoint(args)`` provides the model server's URL (the
     command line passes the built-in loopback server that ``chat`` uses).
     """
+    # The server stack (the ``serve`` extra) is imported only to run: the
+    # command line builds its parser from this module without it.
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
     from ..adapters.stores import open_store
     from ..sessions import open_hub
+    from ._app import ServeSettings, create_app
 
     token = _token(args)
     if not args.base_url and endpoint is None:
