@@ -53,7 +53,7 @@ def visible(text: str, *, lines: bool = False) -> str:
 def visible_json(text: str) -> str:
     """A JSON document with the characters ``json.dumps`` leaves raw but a
     terminal acts on (DEL, C1 controls, bidirectional overrides) written as
-    ``\\uXXXX`` escapes: they only occur inside strings, so the document
+    ``\\u`` escapes of four hex digits: they only occur inside strings, so the document
     still parses to the same value."""
     return _JSON_INVISIBLE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 

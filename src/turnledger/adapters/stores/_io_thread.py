@@ -20,9 +20,10 @@ from typing import Any, Generic, TypeVar
 import outcome
 import trio
 
-__all__ = ["Append", "Call", "Request", "Thread", "deliver"]
+__all__ = ["Append", "Call", "Request", "Thread", "deliver", "each_alone"]
 
 _C = TypeVar("_C")
+_R = TypeVar("_R", bound="Request")
 
 
 # --- requests handed to the threads ------------------------------------------
@@ -66,6 +67,18 @@ def deliver(done: Sequence[tuple[Request, outcome.Outcome[Any]]]) -> None:
         # Callers wait until woken, so their runs are alive.
         with contextlib.suppress(trio.RunFinishedError):
             token.run_sync_soon(_wake, items)
+
+
+def each_alone(
+    group: Sequence[_R],
+    handle: Callable[[list[_R]], list[tuple[Request, outcome.Outcome[Any]]]],
+) -> list[tuple[Request, outcome.Outcome[Any]]]:
+    """After a group failed as a whole: each request handled in a group of
+    its own, so each caller learns its own fate."""
+    out: list[tuple[Request, outcome.Outcome[Any]]] = []
+    for req in group:
+        out.extend(handle([req]))
+    return out
 
 
 def _abort_never(_: Any) -> trio.lowlevel.Abort:

@@ -21,7 +21,7 @@ from ..._errors import (
     StoreUnavailable,
 )
 from ._common import WriterLock
-from ._io_thread import Append, Request, Thread, deliver
+from ._io_thread import Append, Request, Thread, deliver, each_alone
 
 __all__ = ["Reader", "Writer", "map_error"]
 
@@ -143,11 +143,7 @@ class Writer(Thread[sqlite3.Connection]):
             # (text SQLite cannot bind): never let one append fail the group.
             self._rollback()
             if len(group) > 1:
-                # Let each append find its own fate in its own transaction.
-                out: list[tuple[Request, outcome.Outcome[Any]]] = []
-                for req in group:
-                    out.extend(self.commit_group([req]))
-                return out
+                return each_alone(group, self.commit_group)
             req = group[0]
             failure: StoreError
             if getattr(exc, "sqlite_errorcode", None) == _SQLITE_CONSTRAINT_UNIQUE and isinstance(

@@ -122,6 +122,7 @@ from ._io_thread import Call as _Call
 from ._io_thread import Request as _Request
 from ._io_thread import Thread as _Thread
 from ._io_thread import deliver as _deliver
+from ._io_thread import each_alone as _each_alone
 from ._payloads import check_envelope, decode_rows, dumps_payload
 
 if TYPE_CHECKING:
@@ -309,10 +310,7 @@ class _Writer(_Thread[Any]):
                 ):
                     return self.acquire_group(group, retried=retried, broke=True)
                 if len(ids) > 1:
-                    out: list[tuple[_Request, outcome.Outcome[Any]]] = []
-                    for req in group:
-                        out.extend(self.acquire_group([req], broke=True))
-                    return out
+                    return _each_alone(group, lambda one: self.acquire_group(one, broke=True))
                 sid = ids[0]
                 if isinstance(exc, psycopg.errors.LockNotAvailable):
                     err: StoreError = SessionOwnedElsewhere(
@@ -437,11 +435,7 @@ class _Writer(_Thread[Any]):
                 # nothing of this transaction was written; again, reconnected.
                 return self.commit_group(group, retried=True)
             if len(group) > 1:
-                # Let each append find its own fate in its own transaction.
-                out: list[tuple[_Request, outcome.Outcome[Any]]] = []
-                for req in group:
-                    out.extend(self.commit_group([req]))
-                return out
+                return _each_alone(group, self.commit_group)
             req = group[0]
             failure: StoreError
             if isinstance(exc, psycopg.errors.UniqueViolation):
