@@ -51,23 +51,25 @@ class MemoryStore(HeldEvents):
             raise ConcurrencyConflict(session_id, expected_version, len(stream))
         # One JSON round trip per payload (the standard library's writer,
         # the exact reader) and one new envelope per event, built directly.
-        try:
-            payloads = [_loads(_dumps(ev.payload)) for ev in events]
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"payload is not JSON-able: {exc}") from exc
         position = len(self._feed)
-        stored = [
-            StoredEvent(
-                ev.session_id,
-                ev.seq,
-                ev.tag,
-                ev.schema_version,
-                payload,
-                ev.recorded_at,
-                position + i,
+        stored: list[StoredEvent] = []
+        for ev in events:
+            try:
+                payload = _loads(_dumps(ev.payload))
+            except (TypeError, ValueError) as exc:
+                raise StoreError(f"payload is not JSON-able: {exc}") from exc
+            position += 1
+            stored.append(
+                StoredEvent(
+                    ev.session_id,
+                    ev.seq,
+                    ev.tag,
+                    ev.schema_version,
+                    payload,
+                    ev.recorded_at,
+                    position,
+                )
             )
-            for i, (ev, payload) in enumerate(zip(events, payloads, strict=True), start=1)
-        ]
         self._streams.setdefault(session_id, stream).extend(stored)
         self._feed.extend(stored)
         return expected_version + len(events)
