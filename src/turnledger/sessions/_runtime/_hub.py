@@ -282,8 +282,12 @@ class Hub:
         # with room then takes it without a task switch; the caller's next
         # wait (for the outcome, usually) is its schedule point.
         await trio.lowlevel.checkpoint_if_cancelled()
+        routes = self._routes
         while True:
-            actor = await self._actor(session_id, start)
+            # A running actor is found without awaiting _actor().
+            actor = None if routes.closed else routes.actors.get(session_id)
+            if actor is None:
+                actor = await self._actor(session_id, start)
             try:
                 actor.tx.send_nowait(item)
                 return actor
