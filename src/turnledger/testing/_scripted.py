@@ -193,7 +193,8 @@ class ScriptedProvider:
                 steps: Iterable[Step] | AsyncIterable[Step] = self._channels[rid][1]
             else:
                 steps = self._script(request)
-            if isinstance(steps, AsyncIterable):
+            # (A list or tuple first: cheaper than the ABC's instance check.)
+            if not isinstance(steps, (list, tuple)) and isinstance(steps, AsyncIterable):
                 async for step in steps:
                     done = await run.play(step, request)
                     if done is not None:
