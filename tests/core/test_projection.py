@@ -132,6 +132,29 @@ def test_cached_sizes_are_shared_and_survive_branching() -> None:
     assert len(older) == 5
 
 
+def test_cached_messages_are_shared_and_survive_branching() -> None:
+    def fresh(view: History, sent: int, question: str) -> list[ChatMessage]:
+        out = [ChatMessage("system", "s")]
+        for t in list(view)[len(view) - sent :]:
+            out += [ChatMessage("user", t.question), ChatMessage("assistant", t.answer)]
+        return [*out, ChatMessage("user", question)]
+
+    h = History()
+    for i in range(5):
+        h = h.append(Turn(RequestId(f"r{i}"), f"q{i}", f"a{i}"))
+        assert build_messages("s", h, len(h), "?") == fresh(h, len(h), "?")
+    older = h
+    newer = h.append(Turn(RequestId("r5"), "q5", "a5"))
+    assert build_messages("s", newer, 6, "?") == fresh(newer, 6, "?")
+    # a branch from the older view must not see the newer turn, nor change it
+    alt = older.append(Turn(RequestId("r5b"), "q5b", "a5b"))
+    for view in (older, newer, alt, History(list(h)[:2])):
+        for sent in range(len(view) + 1):
+            assert build_messages("s", view, sent, "?") == fresh(view, sent, "?")
+    assert build_messages("s", alt, 1, "?")[2].content == "a5b"
+    assert build_messages("s", newer, 1, "?")[2].content == "a5"
+
+
 # --- seed 003: the boundary table, with our own fixture -----------------------
 
 SYSTEM = "你是一个简洁的助手。"

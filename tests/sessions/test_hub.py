@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,18 @@ async def test_a_repeated_request_id_is_never_recorded_twice(store: HookedStore)
     tags = await tags_of(store, "s")
     assert tags.count("turn_submitted") == 1 and tags.count("turn_rejected") == 1
     assert len(provider.requests) == 1
+
+
+async def test_a_submit_without_request_id_gets_a_fresh_uuid4(store: HookedStore) -> None:
+    async with open_hub(store, ScriptedProvider.instant(), model="m") as hub:
+        handles = [await hub.submit("s", f"q{i}") for i in range(50)]
+        for h in handles:
+            await h.outcome()
+    ids = [h.request_id for h in handles]
+    assert len(set(ids)) == len(ids)
+    for rid in ids:
+        parsed = uuid.UUID(hex=rid)
+        assert (parsed.hex, parsed.version, parsed.variant) == (rid, 4, uuid.RFC_4122)
 
 
 async def test_rejections_happen_before_any_transport(store: HookedStore) -> None:

@@ -22,6 +22,7 @@ from ..events import RequestId, ToolCall
 __all__ = ["Ending", "Endings", "History", "ToolResult", "ToolRound", "Turn"]
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 
 @attrs.frozen
@@ -106,13 +107,14 @@ class History(_Shared[Turn], Sequence[Turn]):
 
     def __init__(self, turns: Sequence[Turn] = ()) -> None:
         super().__init__(list(turns), len(turns))
-        # encoder cache key -> running sizes: _prefix[k][i] is the byte size
-        # of the first i turns as message pairs, plus one unit per turn that
-        # the caller scales (see prefix()).
-        self._prefix: dict[Hashable, list[int]] = {}
+        # key -> a list aligned with the turns plus one: running sizes
+        # (_prefix[k][i] is the cost of the first i turns, see prefix()), or
+        # values per turn after a placeholder (see per_turn()). A branch
+        # keeps the first n + 1 items of each.
+        self._prefix: dict[Hashable, list[Any]] = {}
 
     @classmethod
-    def _view(cls, items: list[Turn], n: int, prefix: dict[Hashable, list[int]]) -> History:
+    def _view(cls, items: list[Turn], n: int, prefix: dict[Hashable, list[Any]]) -> History:
         h = cls.__new__(cls)
         h._items = items
         h._n = n
@@ -149,13 +151,27 @@ class History(_Shared[Turn], Sequence[Turn]):
         The returned list may be longer than ``len(self) + 1``; read only
         ``P[: len(self) + 1]``.
         """
-        sums = self._prefix.get(key)
+        sums: list[int] | None = self._prefix.get(key)
         if sums is None:
             sums = self._prefix[key] = [0]
         items = self._items
         while len(sums) <= self._n:
             sums.append(sums[-1] + turn_cost(items[len(sums) - 1]))
         return sums
+
+    def per_turn(self, key: Hashable, fn: Callable[[Turn], V]) -> list[V]:
+        """``V`` with ``V[i + 1] = fn(self[i])`` (``V[0]`` is a placeholder).
+
+        Computed once per turn and key, then shared by every later view, as
+        for :meth:`prefix`: ``fn`` must be pure. Read only ``V[1 : len(self) + 1]``.
+        """
+        values: list[V] | None = self._prefix.get(key)
+        if values is None:
+            values = self._prefix[key] = [None]
+        items = self._items
+        while len(values) <= self._n:
+            values.append(fn(items[len(values) - 1]))
+        return values
 
 
 @attrs.frozen

@@ -433,7 +433,21 @@ def _session_budget(state: SessionState, budget: Budget) -> Budget:
     cap = prompt_token_cap(state, budget)
     if cap == budget.max_prompt_tokens:
         return budget
-    return attrs.evolve(budget, max_prompt_tokens=cap)
+    # Every Submit of a session with a window asks for the same few budgets:
+    # built once (attrs.evolve costs more than the rest of this function).
+    key = (id(budget), cap)
+    hit = _SESSION_BUDGETS.get(key)
+    if hit is not None and hit[0] is budget:
+        return hit[1]
+    if len(_SESSION_BUDGETS) >= 256:
+        _SESSION_BUDGETS.clear()
+    out = attrs.evolve(budget, max_prompt_tokens=cap)
+    # The key's budget is kept with it, so its id cannot be reused meanwhile.
+    _SESSION_BUDGETS[key] = (budget, out)
+    return out
+
+
+_SESSION_BUDGETS: dict[tuple[int, int | None], tuple[Budget, Budget]] = {}
 
 
 def _cap_after_overflow(state: SessionState) -> int | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import attrs
 
@@ -157,6 +157,14 @@ def turn_messages(t: Turn) -> list[ChatMessage]:
     ]
 
 
+#: The key of each history's cached messages per turn.
+_MESSAGES: Final = "turn_messages"
+
+
+def _frozen_turn_messages(t: Turn) -> tuple[ChatMessage, ...]:
+    return tuple(turn_messages(t))
+
+
 def build_messages(
     system: str,
     turns: History,
@@ -167,9 +175,13 @@ def build_messages(
     """The messages of a request that sends the newest ``turns_sent`` turns,
     then the question and the complete ``rounds`` of the turn in flight."""
     out = [ChatMessage("system", system)] if system else []
-    n = len(turns)
-    for i in range(n - turns_sent, n):
-        out.extend(turn_messages(turns[i]))
+    if turns_sent:
+        # Each turn's messages are built once and shared by later requests
+        # (and later states): a request only builds its question's.
+        by_turn = turns.per_turn(_MESSAGES, _frozen_turn_messages)
+        n = len(turns)
+        for i in range(n - turns_sent + 1, n + 1):
+            out.extend(by_turn[i])
     out.append(ChatMessage("user", question))
     out.extend(round_messages(rounds))
     return out

@@ -193,7 +193,8 @@ class ScriptedProvider:
                 steps: Iterable[Step] | AsyncIterable[Step] = self._channels[rid][1]
             else:
                 steps = self._script(request)
-            if isinstance(steps, AsyncIterable):
+            # (A list or tuple first: cheaper than the ABC's instance check.)
+            if not isinstance(steps, (list, tuple)) and isinstance(steps, AsyncIterable):
                 async for step in steps:
                     done = await run.play(step, request)
                     if done is not None:
@@ -226,6 +227,11 @@ class _Run:
             await self.sink.started()
 
     async def play(self, step: Step, request: ChatRequest) -> Completion | None:
+        # The step types are disjoint: the most frequent are tested first.
+        if isinstance(step, Finish):
+            await self._begin()
+            answer = "".join(self.parts) if step.answer is None else step.answer
+            return Completion(answer, step.finish_reason, step.usage)
         if isinstance(step, Begin):
             await self._begin()
         elif isinstance(step, Chunk):
@@ -241,10 +247,6 @@ class _Run:
         elif isinstance(step, InSequence):
             async with step.sequencer(step.position):
                 pass
-        elif isinstance(step, Finish):
-            await self._begin()
-            answer = "".join(self.parts) if step.answer is None else step.answer
-            return Completion(answer, step.finish_reason, step.usage)
         elif isinstance(step, Fail):
             raise ProviderError(step.detail or step.reason, reason=step.reason)
         elif isinstance(step, Hang):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any, Final
 
 import trio
 
@@ -21,6 +22,62 @@ __all__ = ["MemoryStore"]
 _dumps = json.JSONEncoder(allow_nan=False).encode
 #: ``json.loads``, exactly, through orjson.
 _loads = loads_payload
+#: Nesting beyond this takes the JSON round trip (which also finds cycles).
+_MAX_DEPTH: Final = 32
+#: Integers this large or larger take the round trip: writing one may exceed
+#: ``sys.get_int_max_str_digits()`` (never below 640 digits; this is 603).
+_BIG: Final = 1 << 2000
+
+
+class _NotPlain(Exception):
+    """The value is outside the plain subset: take the JSON round trip."""
+
+
+def json_copy(payload: Any) -> Any:
+    """``loads(dumps(payload, allow_nan=False))``: what a JSON store gives back.
+
+    Plain values (dicts with ``str`` keys, lists, ``str``, ``bool``, ``None``,
+    ``int`` below 2**2000 and finite floats, all of exactly these types) come
+    back from the round trip equal and of the same types, so they are copied
+    directly, several times faster; anything else (a tuple, a subclass, a key
+    that is not a string, NaN, a cycle) takes the round trip itself, which
+    converts it or raises ``TypeError``/``ValueError`` exactly as before.
+    """
+    try:
+        return _plain(payload, 0)
+    except _NotPlain:
+        return _loads(_dumps(payload))
+
+
+def _plain(value: Any, depth: int) -> Any:
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return value
+    if t is int:
+        if -_BIG < value < _BIG:
+            return value
+        raise _NotPlain
+    if t is float:
+        # NaN and the infinities are not JSON (inf - inf is NaN).
+        if value - value == 0.0:
+            return value
+        raise _NotPlain
+    if depth >= _MAX_DEPTH:
+        raise _NotPlain
+    if t is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotPlain
+            tv = type(v)
+            if tv is str or tv is bool or v is None or (tv is int and -_BIG < v < _BIG):
+                out[k] = v  # the usual field: no call
+            else:
+                out[k] = _plain(v, depth + 1)
+        return out
+    if t is list:
+        return [_plain(v, depth + 1) for v in value]
+    raise _NotPlain
 
 
 class MemoryStore(HeldEvents):
@@ -49,25 +106,28 @@ class MemoryStore(HeldEvents):
         stream = self._streams.get(session_id, [])
         if len(stream) != expected_version:
             raise ConcurrencyConflict(session_id, expected_version, len(stream))
-        # One JSON round trip per payload (the standard library's writer,
-        # the exact reader) and one new envelope per event, built directly.
-        try:
-            payloads = [_loads(_dumps(ev.payload)) for ev in events]
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"payload is not JSON-able: {exc}") from exc
+        # One JSON copy per payload (the round trip through the standard
+        # library's writer and the exact reader, or its plain equivalent)
+        # and one new envelope per event, built directly.
         position = len(self._feed)
-        stored = [
-            StoredEvent(
-                ev.session_id,
-                ev.seq,
-                ev.tag,
-                ev.schema_version,
-                payload,
-                ev.recorded_at,
-                position + i,
+        stored: list[StoredEvent] = []
+        for ev in events:
+            try:
+                payload = json_copy(ev.payload)
+            except (TypeError, ValueError) as exc:
+                raise StoreError(f"payload is not JSON-able: {exc}") from exc
+            position += 1
+            stored.append(
+                StoredEvent(
+                    ev.session_id,
+                    ev.seq,
+                    ev.tag,
+                    ev.schema_version,
+                    payload,
+                    ev.recorded_at,
+                    position,
+                )
             )
-            for i, (ev, payload) in enumerate(zip(events, payloads, strict=True), start=1)
-        ]
         self._streams.setdefault(session_id, stream).extend(stored)
         self._feed.extend(stored)
         return expected_version + len(events)

@@ -42,8 +42,8 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any, Final, TypeAlias
+from collections.abc import Sequence
+from typing import Any, Final, TypeAlias, cast
 
 import attrs
 import structlog
@@ -155,21 +155,25 @@ class _Flight:
         #: Its Timeout is on its way to the mailbox (or in the batch).
         self.timed_out = False
 
-    @contextlib.contextmanager
-    def open_scope(self) -> Iterator[trio.CancelScope]:
+    def open_scope(self) -> trio.CancelScope:
         """A cancel scope for one of the turn's tasks, cancelled with the turn
-        (at once if the turn already ended)."""
+        (at once if the turn already ended). The task enters it, and calls
+        :meth:`close_scope` once it has left it."""
         scope = trio.CancelScope()
         if self.ended:
             scope.cancel()
         self.scopes.append(scope)
-        try:
-            with scope:
-                yield scope
-        finally:
-            # A task that returned needs no cancel when the turn ends.
-            with contextlib.suppress(ValueError):
-                self.scopes.remove(scope)
+        return scope
+
+    def close_scope(self, scope: trio.CancelScope) -> None:
+        # A task that returned needs no cancel when the turn ends. (A plain
+        # method rather than a generator context manager: this runs for
+        # every request.)
+        scopes = self.scopes
+        if scopes and scopes[-1] is scope:
+            scopes.pop()
+        elif scope in scopes:
+            scopes.remove(scope)
 
     @property
     def log(self) -> Any:
@@ -264,15 +268,52 @@ def transition(state: SessionState, event: Event) -> Transition:
     return Transition(event, type(state).__name__, evolve(state, event))
 
 
-@attrs.frozen(slots=True)
 class _Step:
     """One decided message of a batch (``message`` is None for events read
-    back from the store), the transitions it caused and the state after it."""
+    back from the store), its events and the state after them.
 
-    message: Message | None
-    ticket: Ticket | None
-    transitions: list[Transition]
-    state: SessionState
+    ``transitions`` (each event with the states around it) are kept only when
+    the ``transition`` lines are logged: a batch otherwise folds its events
+    without a record per event. A plain slotted class, not attrs: one is
+    built for every message, and it is never changed after.
+    """
+
+    __slots__ = ("events", "message", "state", "ticket", "transitions")
+
+    def __init__(
+        self,
+        message: Message | None,
+        ticket: Ticket | None,
+        events: Sequence[Event],
+        state: SessionState,
+        transitions: Sequence[Transition] = (),
+    ) -> None:
+        self.message = message
+        self.ticket = ticket
+        self.events = events
+        self.state = state
+        self.transitions = transitions
+
+
+def _fold(
+    state: SessionState,
+    events: Sequence[Event],
+    message: Message | None,
+    ticket: Ticket | None,
+    *,
+    log: bool,
+) -> _Step:
+    """Fold ``events`` into ``state``; with ``log``, keep every transition."""
+    if log:
+        transitions = []
+        for ev in events:
+            step = transition(state, ev)
+            transitions.append(step)
+            state = step.state
+        return _Step(message, ticket, events, state, transitions)
+    for ev in events:
+        state = evolve(state, ev)
+    return _Step(message, ticket, events, state)
 
 
 class Actor:
@@ -452,7 +493,8 @@ class Actor:
                     flight.timed_out = True
                     self._drain(batch, rx.statistics().current_buffer_used)
                     batch.append((Timeout(flight.request_id, detail), None))
-            messages = [(m, t) for m, t in batch if m is not None]
+            # Pokes (None) only wake the actor; the items are kept as they came.
+            messages = cast("list[_Msg]", [item for item in batch if item[0] is not None])
             if messages:
                 await self._handle(messages)
                 self.idle_since = trio.current_time() if self._flight is None else None
@@ -591,8 +633,10 @@ class Actor:
         state = self.state
         steps: list[_Step] = []
         events: list[Event] = []
+        debug = log and self._debug
+        info = self._info
         for msg, ticket in batch:
-            if log and self._debug:
+            if debug:
                 self._msg_log().debug("message_received", **message_fields(msg, state))
             preview = (
                 flight.chars
@@ -600,12 +644,9 @@ class Actor:
                 else 0
             )
             decided = decide(state, msg, budget=budget, preview_chars=preview)
-            transitions: list[Transition] = []
-            for ev in decided:
-                step = transition(state, ev)
-                transitions.append(step)
-                state = step.state
-            steps.append(_Step(msg, ticket, transitions, state))
+            step = _fold(state, decided, msg, ticket, log=info)
+            state = step.state
+            steps.append(step)
             events.extend(decided)
         return steps, events, state
 
@@ -631,16 +672,11 @@ class Actor:
         events = await self.rt.store.read_decoded(
             self.session_id, DEFAULT_CODEC, after=self.state.version
         )
-        state = self.state
-        transitions: list[Transition] = []
-        for ev in events:
-            step = transition(state, ev)
-            transitions.append(step)
-            state = step.state
-        self.state = state
+        step = _fold(self.state, events, None, None, log=self._info)
+        self.state = step.state
         self._unsynced = False
-        if transitions:
-            self._effects([_Step(None, None, transitions, state)])
+        if events:
+            self._effects([step])
 
     async def _discard_conflicted(self) -> None:
         # Our turn is still in flight, but the stream moved under it: this
@@ -656,10 +692,10 @@ class Actor:
             f"the stream moved under the turn (now at version {self.state.version})",
             flight.chars,
         )
-        step = transition(self.state, ev)
+        step = _fold(self.state, (ev,), None, None, log=self._info)
         await self._append([ev])
         self.state = step.state
-        self._effects([_Step(None, None, [step], step.state)])
+        self._effects([step])
 
     # -- effects -----------------------------------------------------------
 
@@ -677,9 +713,10 @@ class Actor:
                     # A retry while the turn is in flight: same preview so far.
                     ticket.chunks.extend(known[0].chunks)
                     known.append(ticket)
-            for t in step.transitions:
-                ev = t.event
-                if self._info:
+            logged = step.transitions
+            for i, ev in enumerate(step.events):
+                if logged:
+                    t = logged[i]
                     self._msg_log().info(
                         "transition",
                         seq=t.seq,
@@ -737,7 +774,7 @@ class Actor:
                         delay_s=None if ended is None else max(received - ended, 0.0),
                         in_flight=current_request(after),
                     )
-            if isinstance(msg, Submit) and not step.transitions and ticket is not None:
+            if isinstance(msg, Submit) and not step.events and ticket is not None:
                 # A request id seen before: a client retry, never recorded twice.
                 ending = ending_of(after, msg.request_id)
                 if ending is not None and ending.kind != "in_flight":
@@ -790,8 +827,9 @@ class Actor:
         rid = flight.request_id
         structlog.contextvars.bind_contextvars(request_id=rid)
         rt.counters.request_tasks += 1
+        scope = flight.open_scope()
         try:
-            with flight.open_scope():
+            with scope:
                 msg: Message
                 try:
                     completion = await rt.provider.complete(request, flight)
@@ -821,6 +859,7 @@ class Actor:
                 # late result is recorded as CompletionIgnored.
                 await self.report(msg)
         finally:
+            flight.close_scope(scope)
             rt.counters.request_tasks -= 1
 
     # -- tool tasks --------------------------------------------------------
@@ -829,8 +868,9 @@ class Actor:
         rid = flight.request_id
         structlog.contextvars.bind_contextvars(request_id=rid)
         started = trio.current_time()
+        scope = flight.open_scope()
         try:
-            with flight.open_scope():
+            with scope:
                 content, is_error = await self._run_tool(flight, call, tool)
                 ms = round((trio.current_time() - started) * 1000)
                 flight.log.info(
@@ -845,6 +885,7 @@ class Actor:
                 # meanwhile (a tool that shields itself), then ignored.
                 await self.report(ToolDone(rid, call.call_id, content, is_error, ms))
         finally:
+            flight.close_scope(scope)
             flight.tools_running -= 1
 
     async def _run_tool(
