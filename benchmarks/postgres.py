@@ -32,8 +32,9 @@ machine it changes nothing.
 Beside each row, the CPU it cost per turn, from ``/proc`` (Linux): ``hub``
 is this process or the hub processes (all their threads), ``server`` every
 ``postgres`` process on this machine (when the server runs here and
-``/proc`` shows its processes), ``others`` every other process's CPU over
-the run, in cores, which says how loaded the machine was. With ``h`` and
+``/proc`` shows its processes), ``others`` the rest of the machine's busy
+time over the run, in cores: other processes, and kernel work charged to no
+process (soft interrupts of the loopback network among them). With ``h`` and
 ``s`` the hub's and the server's CPU per turn and one hub process busy with
 its one interpreter lock, two processes on two cores can at best reach
 ``2h / (h + s)`` times one; the script prints that bound.

@@ -264,8 +264,9 @@ class _Reader(_Thread[Any]):
                         conn.close()
                     conn = self.pg = self.store._connect(autocommit=True)
                 self.statements += 1
+                # Binary results: the payloads come as their bytes, not as hex.
                 rows: list[tuple[Any, ...]] = conn.execute(
-                    self.store._q_read_json_many, args
+                    self.store._q_read_json_many, args, binary=True
                 ).fetchall()
                 return rows
             except psycopg.Error as exc:
@@ -616,9 +617,9 @@ class PostgresStore:
         # The leases of the owned sessions (key-share-locked until commit:
         # a takeover waits) and the versions of the sessions asked for.
         self._q_check = sql.SQL(
-            "WITH f AS (SELECT session_id, epoch FROM {} WHERE session_id = ANY(%s)"
+            "WITH f AS (SELECT session_id, epoch FROM {} WHERE session_id = ANY(%b::text[])"
             " FOR KEY SHARE) SELECT 'f', session_id, epoch FROM f UNION ALL"
-            " SELECT 'v', session_id, max(seq) FROM {} WHERE session_id = ANY(%s)"
+            " SELECT 'v', session_id, max(seq) FROM {} WHERE session_id = ANY(%b::text[])"
             " GROUP BY session_id"
         ).format(lt, t)
         # One statement for the whole group, a column of values each; the
@@ -646,7 +647,7 @@ class PostgresStore:
         self._q_read_json_many = sql.SQL(
             "SELECT r.i, e.seq, e.tag, e.schema_version,"
             " convert_to(coalesce(e.payload_text, e.payload::text), 'UTF8')"
-            " FROM unnest(%s::text[], %s::int4[]) WITH ORDINALITY AS r(s, a, i)"
+            " FROM unnest(%b::text[], %b::int4[]) WITH ORDINALITY AS r(s, a, i)"
             " JOIN {} AS e ON e.session_id = r.s AND e.seq > r.a ORDER BY r.i, e.seq"
         ).format(t)
         self._q_read_all = sql.SQL(
