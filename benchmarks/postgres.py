@@ -20,7 +20,8 @@ run falls on every contender alike:
 - ``1 process``    one hub process on ``PostgresStore`` with every session, timed
                    by this process from "go" to its report
 - ``2 processes``  two hub processes, half the sessions each, started together,
-                   timed until both have reported
+                   timed until both have reported (a process closes its hub
+                   only then, as the single process does after its clock)
 
 Each hub process is started in a session of its own (``setsid``), as
 separately started services are. Linux gives each session (autogroup) one
@@ -108,6 +109,9 @@ async def main(dsn, prefix, sessions, turns):
         end = resource.getrusage(resource.RUSAGE_SELF)
         used = end.ru_utime - cpu.ru_utime + end.ru_stime - cpu.ru_stime
         print(f"done {used}", flush=True)
+        # Closed only once every process is done: one hub's shutdown must
+        # not take CPU from another's turns, nor be counted as others' load.
+        await trio.to_thread.run_sync(sys.stdin.readline)
 
 trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
 """
@@ -263,6 +267,9 @@ def processes(base: str, count: int, sessions: int, turns: int) -> Run:
                 assert word == b"done"
                 hub += float(cpu)
             run = meter.stop(hub)
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write(b"close\n")
             for p in procs:
                 assert p.wait(timeout=60) == 0
             return run
