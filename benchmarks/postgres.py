@@ -10,14 +10,35 @@ measures an older checkout's store for a before/after comparison.
 A *turn* goes through a hub (``open_hub``, an instant scripted provider, logs
 filtered out): ``--sessions`` sessions (default 1,000) each ask ``--turns``
 questions (default 3) one after the other, all sessions at once; the clock
-covers creating the sessions and every turn. Contenders, each the median of
-``--repeat`` runs:
+covers creating the sessions (taking their leases, reading them, the first
+event) and every turn. Contenders, each the median of ``--repeat`` rounds; a
+round runs each contender once, so a change in the machine's load during the
+run falls on every contender alike:
 
 - ``sqlite``       one hub on ``SQLiteStore`` (synchronous=FULL, group commit)
 - ``postgres``     one hub on ``PostgresStore``, in this process
 - ``1 process``    one hub process on ``PostgresStore`` with every session, timed
                    by this process from "go" to its report
-- ``2 processes``  two hub processes, half the sessions each, started together
+- ``2 processes``  two hub processes, half the sessions each, started together,
+                   timed until both have reported (a process closes its hub
+                   only then, as the single process does after its clock)
+
+Each hub process is started in a session of its own (``setsid``), as
+separately started services are. Linux gives each session (autogroup) one
+fair share of the CPU when other sessions want it: started in this script's
+session, two hub processes would share one process's share on a loaded
+machine, and the ratio would measure the scheduler, not the store. On an idle
+machine it changes nothing.
+
+Beside each row, the CPU it cost per turn, from ``/proc`` (Linux): ``hub``
+is this process or the hub processes (all their threads), ``server`` every
+``postgres`` process on this machine (when the server runs here and
+``/proc`` shows its processes), ``others`` the rest of the machine's busy
+time over the run, in cores: other processes, and kernel work charged to no
+process (soft interrupts of the loopback network among them). With ``h`` and
+``s`` the hub's and the server's CPU per turn and one hub process busy with
+its one interpreter lock, two processes on two cores can at best reach
+``2h / (h + s)`` times one; the script prints that bound.
 - ``bare psycopg`` a plain psycopg loop, one connection: per turn one
                    transaction inserting the 3 events' rows (no version check,
                    no hub): the floor of one transaction per turn
@@ -32,15 +53,17 @@ import json
 import logging
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import quote
 
 import structlog
@@ -62,7 +85,7 @@ from turnledger.testing import ScriptedProvider
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 _CHILD = """
-import logging, sys, time, structlog, trio
+import logging, resource, sys, time, structlog, trio
 from turnledger.adapters.stores import PostgresStore
 from turnledger.sessions import open_hub
 from turnledger.testing import ScriptedProvider
@@ -79,13 +102,87 @@ async def main(dsn, prefix, sessions, turns):
             for t in range(turns):
                 await (await hub.submit(sid, f"question {t}?")).outcome()
 
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
         async with trio.open_nursery() as nursery:
             for i in range(sessions):
                 nursery.start_soon(one, f"{prefix}-{i}")
-        print("done", flush=True)
+        end = resource.getrusage(resource.RUSAGE_SELF)
+        used = end.ru_utime - cpu.ru_utime + end.ru_stime - cpu.ru_stime
+        print(f"done {used}", flush=True)
+        # Closed only once every process is done: one hub's shutdown must
+        # not take CPU from another's turns, nor be counted as others' load.
+        await trio.to_thread.run_sync(sys.stdin.readline)
 
 trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
 """
+
+
+class Run(NamedTuple):
+    """One timed run: wall seconds and CPU seconds over the same span."""
+
+    seconds: float
+    hub: float  # the hub process(es), or this process's loop
+    server: float | None  # every postgres process here, if /proc shows them
+    others: float | None  # everything else on the machine
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _own_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _machine_cpu() -> float | None:
+    """CPU seconds the whole machine has been busy (``/proc/stat``)."""
+    try:
+        with open("/proc/stat") as f:
+            user, nice, system, _idle, _iowait, irq, softirq = f.readline().split()[1:8]
+    except OSError:
+        return None
+    return sum(int(v) for v in (user, nice, system, irq, softirq)) / _TICK
+
+
+def _server_cpu() -> float | None:
+    """CPU seconds of every ``postgres`` process on this machine, or None
+    when ``/proc`` shows none (a server elsewhere)."""
+    total, found = 0.0, False
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, _, rest = stat.partition("(")[2].rpartition(")")
+        if name.startswith("postgres"):
+            fields = rest.split()
+            total += (int(fields[11]) + int(fields[12])) / _TICK
+            found = True
+    return total if found else None
+
+
+class Meter:
+    """Wall time and CPU from :meth:`start` to :meth:`stop`."""
+
+    def start(self) -> None:
+        self.machine, self.server = _machine_cpu(), _server_cpu()
+        self.own = _own_cpu()
+        self.t0 = time.perf_counter()
+
+    def stop(self, hub: float | None = None) -> Run:
+        """``hub``: the hub processes' CPU; default this process's."""
+        seconds = time.perf_counter() - self.t0
+        own = _own_cpu() - self.own
+        machine, server = _machine_cpu(), _server_cpu()
+        spent = None if server is None or self.server is None else server - self.server
+        others = None
+        if machine is not None and self.machine is not None:
+            ours = own + (hub or 0.0) + (spent or 0.0)
+            others = max(0.0, machine - self.machine - ours)
+        return Run(seconds, own if hub is None else hub, spent, others)
 
 
 @contextmanager
@@ -103,22 +200,23 @@ def fresh_schema(base: str) -> Iterator[str]:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-async def _hub_turns(store: EventStore, sessions: int, turns: int) -> float:
+async def _hub_turns(store: EventStore, sessions: int, turns: int) -> Run:
     async with open_hub(store, ScriptedProvider.instant(), model="m") as hub:
 
         async def one(sid: str) -> None:
             for t in range(turns):
                 await (await hub.submit(sid, f"question {t}?")).outcome()
 
-        t0 = time.perf_counter()
+        meter = Meter()
+        meter.start()
         async with trio.open_nursery() as nursery:
             for i in range(sessions):
                 nursery.start_soon(one, f"s-{i}")
-        return time.perf_counter() - t0
+        return meter.stop()
 
 
-def sqlite_hub(sessions: int, turns: int) -> float:
-    async def run() -> float:
+def sqlite_hub(sessions: int, turns: int) -> Run:
+    async def run() -> Run:
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as d:
             store = await SQLiteStore.open(Path(d) / "events.db")
             async with store:
@@ -127,8 +225,8 @@ def sqlite_hub(sessions: int, turns: int) -> float:
     return trio.run(run)
 
 
-def postgres_hub(base: str, sessions: int, turns: int) -> float:
-    async def run() -> float:
+def postgres_hub(base: str, sessions: int, turns: int) -> Run:
+    async def run() -> Run:
         with fresh_schema(base) as dsn:
             store = await PostgresStore.open(dsn)
             async with store:
@@ -137,8 +235,9 @@ def postgres_hub(base: str, sessions: int, turns: int) -> float:
     return trio.run(run)
 
 
-def processes(base: str, count: int, sessions: int, turns: int) -> float:
-    """Wall time from "go" until every hub process reported done."""
+def processes(base: str, count: int, sessions: int, turns: int) -> Run:
+    """From "go" until every hub process reported done (each in a session
+    of its own: see the module's notes)."""
     with fresh_schema(base) as dsn:
         # Create the table first, so the children do not race to.
         trio.run(lambda: _create(dsn))
@@ -149,22 +248,31 @@ def processes(base: str, count: int, sessions: int, turns: int) -> float:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 bufsize=0,
+                start_new_session=True,
             )
             for n in range(count)
         ]
         try:
             for p in procs:
                 assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
-            t0 = time.perf_counter()
+            meter = Meter()
+            meter.start()
             for p in procs:
                 assert p.stdin is not None
                 p.stdin.write(b"go\n")
+            hub = 0.0
             for p in procs:
-                assert p.stdout is not None and p.stdout.readline().strip() == b"done"
-            elapsed = time.perf_counter() - t0
+                assert p.stdout is not None
+                word, cpu = p.stdout.readline().split()
+                assert word == b"done"
+                hub += float(cpu)
+            run = meter.stop(hub)
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write(b"close\n")
             for p in procs:
                 assert p.wait(timeout=60) == 0
-            return elapsed
+            return run
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -189,7 +297,7 @@ def _turn(sid: str, version: int, t: int) -> list[StoredEvent]:
     ]
 
 
-def bare_psycopg(base: str, sessions: int, turns: int) -> float:
+def bare_psycopg(base: str, sessions: int, turns: int) -> Run:
     """One connection, one transaction per turn inserting its rows."""
     import psycopg
 
@@ -202,7 +310,8 @@ def bare_psycopg(base: str, sessions: int, turns: int) -> float:
         )
         conn.commit()
         work = [(f"s-{i}", t) for t in range(turns) for i in range(sessions)]
-        t0 = time.perf_counter()
+        meter = Meter()
+        meter.start()
         for sid, t in work:
             rows = [
                 (
@@ -221,7 +330,7 @@ def bare_psycopg(base: str, sessions: int, turns: int) -> float:
                     " recorded_at) VALUES (%s, %s, %s, %s, %s::jsonb, %s)",
                     rows,
                 )
-        return time.perf_counter() - t0
+        return meter.stop()
 
 
 def append_latency(base: str, appends: int) -> tuple[float, float]:
@@ -242,8 +351,9 @@ def append_latency(base: str, appends: int) -> tuple[float, float]:
     return times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))]
 
 
-def median_of(repeat: int, run: Callable[[], float]) -> float:
-    return statistics.median(run() for _ in range(repeat))
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def main() -> None:
@@ -264,16 +374,30 @@ def main() -> None:
         f"{Path(turnledger.__file__).parent}"
     )
     print(f"{n} concurrent sessions x {turns} turns = {n_turns} turns; median of {repeat}")
-    secs = {
-        "sqlite": median_of(repeat, lambda: sqlite_hub(n, turns)),
-        "postgres": median_of(repeat, lambda: postgres_hub(base, n, turns)),
-        "1 process": median_of(repeat, lambda: processes(base, 1, n, turns)),
-        "2 processes": median_of(repeat, lambda: processes(base, 2, n, turns)),
-        "bare psycopg": median_of(repeat, lambda: bare_psycopg(base, n, turns)),
+    contenders: dict[str, Callable[[], Run]] = {
+        "sqlite": lambda: sqlite_hub(n, turns),
+        "postgres": lambda: postgres_hub(base, n, turns),
+        "1 process": lambda: processes(base, 1, n, turns),
+        "2 processes": lambda: processes(base, 2, n, turns),
+        "bare psycopg": lambda: bare_psycopg(base, n, turns),
     }
-    rate = {k: n_turns / v for k, v in secs.items()}
+    runs: dict[str, list[Run]] = {name: [] for name in contenders}
+    for _ in range(repeat):
+        for name, contender in contenders.items():
+            runs[name].append(contender())
+    rate = {k: n_turns / statistics.median(r.seconds for r in v) for k, v in runs.items()}
+    cpu: dict[str, tuple[float | None, float | None]] = {}
+    print(f"  {'':13s} {'turns/s':>9s}  {'µs/turn':>9s}   CPU µs/turn: hub  server   others")
     for name, r in rate.items():
-        print(f"  {name:13s} {r:9,.0f} turns/s  {secs[name] * 1e6 / n_turns:9.1f} µs/turn")
+        hub = _median([x.hub / n_turns * 1e6 for x in runs[name]])
+        server = _median([x.server and x.server / n_turns * 1e6 for x in runs[name]])
+        others = _median([x.others and x.others / x.seconds for x in runs[name]])
+        cpu[name] = (hub, server)
+        print(
+            f"  {name:13s} {r:9,.0f}  {1e6 / r:9.1f}   {hub or 0:16,.0f}  "
+            + ("     -" if server is None or name == "sqlite" else f"{server:6,.0f}")
+            + ("" if others is None else f"  {others:4.2f} cores")
+        )
     p50, p99 = append_latency(base, args.appends)
     print(f"  append of 3 events, one at a time: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms")
     print(
@@ -283,6 +407,9 @@ def main() -> None:
         f"  2 processes / 1 process     {rate['2 processes'] / rate['1 process']:6.2f}x"
         "  (goal >= 1.3x)"
     )
+    h, srv = cpu["1 process"]
+    if h is not None and srv is not None:
+        print(f"    at best on 2 cores, from 1 process's CPU: 2h/(h+s) = {2 * h / (h + srv):.2f}x")
     print(f"  postgres / bare psycopg     {rate['postgres'] / rate['bare psycopg']:6.2f}x")
 
 

@@ -3,7 +3,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from turnledger import (
 )
 from turnledger.adapters.stores import PostgresStore
 from turnledger.adapters.stores._io_thread import Call as _Call
+from turnledger.adapters.stores._io_thread import Thread as _Thread
 from turnledger.adapters.stores.postgres import SCHEMA_VERSION
 from turnledger.events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent, StreamStarted
 from turnledger.testing import EventStoreContract, sample_events
@@ -79,6 +81,22 @@ def _hold(entered: threading.Event, go: threading.Event) -> Callable[[object], N
         go.wait(30)
 
     return hold
+
+
+async def _together(thread: _Thread[object], calls: list[Callable[[], Awaitable[None]]]) -> None:
+    """Run ``calls`` at once, their requests all waiting in ``thread``'s
+    queue before it takes any: held meanwhile, so that they wait together
+    however the machine schedules threads."""
+    entered, held = threading.Event(), threading.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(thread.call, _Call(_hold(entered, held)))
+        await trio.to_thread.run_sync(entered.wait, 30)
+        for call in calls:
+            nursery.start_soon(call)
+        with trio.fail_after(30):
+            while thread.queue.qsize() < len(calls):
+                await trio.sleep(0.01)
+        held.set()
 
 
 @pytest.fixture
@@ -343,20 +361,9 @@ async def test_appends_that_wait_together_share_one_transaction(pg_dsn: str) -> 
             except ConcurrencyConflict as exc:
                 results[sid] = exc
 
-        # Hold the writer thread until all 41 appends wait in its queue, so
-        # that they wait together however the machine schedules threads.
-        entered, held = threading.Event(), threading.Event()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer.call, _Call(_hold(entered, held)))
-            await trio.to_thread.run_sync(entered.wait, 30)
-            for i in range(40):
-                nursery.start_soon(one, f"s{i}", 0)
-            nursery.start_soon(one, "stale", 0)  # the stream is at 1: refused alone
-            with trio.fail_after(30):
-                while writer.queue.qsize() < 41:
-                    await trio.sleep(0.01)
-            held.set()
+        calls = [partial(one, f"s{i}", 0) for i in range(40)]
+        calls.append(partial(one, "stale", 0))  # the stream is at 1: refused alone
+        await _together(writer, calls)
         committed = writer.transactions - before
         assert committed == 1  # one transaction for all, not one each
         assert all(results[f"s{i}"] == 3 for i in range(40))
@@ -368,6 +375,37 @@ async def test_appends_that_wait_together_share_one_transaction(pg_dsn: str) -> 
             await _settle(pg_dsn)
         feed = await store.read_all()
         assert len(feed) == 1 + 40 * 3 and len({e.position for e in feed}) == len(feed)
+    finally:
+        await store.aclose()
+
+
+async def test_reads_that_wait_together_share_one_statement(pg_dsn: str) -> None:
+    store = await PostgresStore.open(pg_dsn)
+    try:
+        for i in range(5):
+            await store.append(f"s{i}", _events(f"s{i}", 0, i + 1), 0)
+        await store.append("bad", _events("bad", 0), 0)
+        _sql(pg_dsn, "UPDATE turnledger_events SET payload_text = '{' WHERE session_id = 'bad'")
+        reader = store._reader
+        before = reader.statements
+        asked = [(f"s{i}", 0) for i in range(5)] + [("s4", 3), ("s4", 5), ("none", 0), ("bad", 0)]
+        results: dict[int, object] = {}
+
+        async def one(n: int, sid: str, after: int) -> None:
+            try:
+                events = await store.read_decoded(sid, DEFAULT_CODEC, after=after)
+                results[n] = [e.request_id for e in events]
+            except StoreCorrupted as exc:
+                results[n] = exc
+
+        await _together(reader, [partial(one, n, sid, a) for n, (sid, a) in enumerate(asked)])
+        assert reader.statements - before == 1  # one statement for all
+        for i in range(5):  # each read has its own session's events, in order
+            assert results[i] == [f"s{i}/{k}" for k in range(1, i + 2)]
+        assert results[5] == ["s4/4", "s4/5"]  # the same session twice, each after its own
+        assert results[6] == [] and results[7] == []
+        assert isinstance(results[8], StoreCorrupted)  # fails alone
+        assert "session 'bad' seq 1" in str(results[8])
     finally:
         await store.aclose()
 

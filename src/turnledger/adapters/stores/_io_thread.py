@@ -100,6 +100,23 @@ class Thread(ABC, Generic[_C]):
         self.queue.put(request)
         return await trio.lowlevel.wait_task_rescheduled(_abort_never)
 
+    def gather(
+        self, first: _R, fits: Callable[[Request], bool], limit: int
+    ) -> tuple[list[_R], Request | None]:
+        """``first`` and the requests queued behind it while ``fits`` takes
+        them, ``limit`` in all at most; and the first one not taken, to be
+        handled next (so FIFO order holds, with calls such as close too)."""
+        group = [first]
+        while len(group) < limit:
+            try:
+                nxt = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if not fits(nxt):
+                return group, nxt
+            group.append(nxt)  # type: ignore[arg-type]  # fits took it
+        return group, None
+
     def _main(self) -> None:
         carry: Request | None = None
         while True:

@@ -1,9 +1,13 @@
 """The store for more than one machine: PostgreSQL through psycopg 3.
 
 psycopg's async API runs on asyncio only, so every call runs off the trio
-thread: appends on the store's writer thread (one connection), reads on a
-worker thread (``trio.to_thread.run_sync``, never abandoned) with a connection
-from a ``psycopg_pool.ConnectionPool``. Needs the ``postgres`` extra.
+thread: appends on the store's writer thread (one connection), the replay
+reads of :meth:`PostgresStore.read_decoded` on its reader thread (one
+connection; the reads waiting together are one statement, so a hub opening
+a thousand sessions at once reads them in a few round trips, not a thousand),
+other reads on a worker thread (``trio.to_thread.run_sync``, never abandoned)
+with a connection from a ``psycopg_pool.ConnectionPool``. Needs the
+``postgres`` extra.
 
 Table. One table (``turnledger_events`` by default, in a schema you choose):
 ``UNIQUE (session_id, seq)`` is the optimistic-concurrency guard and
@@ -37,7 +41,9 @@ still commit. If the transaction fails as a whole (a unique violation from a
 racing writer, the server gone), every append of the group is retried in its
 own transaction, so each caller learns its own fate; a batch is always all
 or nothing. Acquires and releases that wait together are grouped the same
-way (one upsert, one UPDATE).
+way (one upsert, one UPDATE). The INSERT's columns go as arrays in binary
+form: in text form every JSON payload would be quoted and escaped as an array
+element, which cost more than the rest of the writer's work together.
 
 Payloads. ``payload`` is ``jsonb`` (queryable: ``payload->>'request_id'``).
 ``jsonb`` cannot hold U+0000 nor a lone surrogate; for the rare payload that
@@ -95,7 +101,6 @@ import datetime
 import hashlib
 import json
 import os
-import queue
 import re
 import socket
 import threading
@@ -215,6 +220,83 @@ class _Release(_Acquire):
     __slots__ = ()
 
 
+class _Read(_Request):
+    __slots__ = ("after", "decoder", "session_id")
+
+    def __init__(self, session_id: str, after: int, decoder: EventDecoder[Any]) -> None:
+        self.session_id = session_id
+        self.after = after
+        self.decoder = decoder
+
+
+class _Reader(_Thread[Any]):
+    """The store's replay reads: the sessions whose reads wait together are
+    read in one statement (a hub opening many sessions at once would
+    otherwise spend a thread hop, a pooled connection and a round trip on
+    each)."""
+
+    def __init__(self, store: PostgresStore, max_group: int) -> None:
+        self.store = store
+        self.max_group = max_group
+        self.pg: psycopg.Connection[Any] | None = None
+        #: statements run, one per group of reads
+        self.statements = 0
+        super().__init__(f"turnledger-postgres-reader:{store.schema}.{store.table}")
+
+    def handle(self, req: _Request) -> _Request | None:
+        assert isinstance(req, _Read)
+        group, carry = self.gather(req, lambda nxt: isinstance(nxt, _Read), self.max_group)
+        try:
+            done = self.read_group(group)
+        except BaseException as exc:  # pragma: no cover - a bug; never strand callers
+            done = [(r, outcome.Error(exc)) for r in group]
+        _deliver(done)
+        return carry
+
+    def select(self, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        for attempt in (1, 2):
+            conn = self.pg
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    if conn is not None:
+                        conn.close()
+                    conn = self.pg = self.store._connect(autocommit=True)
+                self.statements += 1
+                # Binary results: the payloads come as their bytes, not as hex.
+                rows: list[tuple[Any, ...]] = conn.execute(
+                    self.store._q_read_json_many, args, binary=True
+                ).fetchall()
+                return rows
+            except psycopg.Error as exc:
+                # A read is safe to repeat: once more on a new connection
+                # after this one was lost (a restarted server, an idle
+                # connection cut by a proxy).
+                if attempt == 1 and self.pg is not None and (self.pg.broken or self.pg.closed):
+                    continue
+                raise _map_error(exc, "read failed") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def read_group(self, group: list[_Read]) -> list[tuple[_Request, outcome.Outcome[Any]]]:
+        try:
+            rows = self.select(([r.session_id for r in group], [r.after for r in group]))
+        except StoreError as exc:
+            return [(r, outcome.Error(exc)) for r in group]
+        each: list[list[tuple[Any, ...]]] = [[] for _ in group]
+        for row in rows:
+            each[row[0] - 1].append(row[1:])
+        return [
+            (r, outcome.capture(decode_rows, "", r.session_id, mine, r.decoder))
+            for r, mine in zip(group, each, strict=True)
+        ]
+
+    def close(self) -> None:
+        if self.pg is not None:
+            self.pg.close()
+            self.pg = None
+
+
 class _Writer(_Thread[Any]):
     """The store's one writing connection, committing appends in groups."""
 
@@ -241,20 +323,18 @@ class _Writer(_Thread[Any]):
     def handle(self, req: _Request) -> _Request | None:
         kind = type(req)
         assert kind in (_Append, _Acquire, _Release)
-        group: list[Any] = [req]
         rows = len(req.rows) if isinstance(req, _Append) else 0
-        carry: _Request | None = None
-        while len(group) < self.max_group:
-            try:
-                nxt = self.queue.get_nowait()
-            except queue.Empty:
-                break
+
+        def fits(nxt: _Request) -> bool:
+            nonlocal rows
             more = len(nxt.rows) if isinstance(nxt, _Append) else 0
             if type(nxt) is not kind or rows + more >= _MAX_ROWS:
-                carry = nxt  # keep FIFO order, with calls such as close too
-                break
-            group.append(nxt)
+                return False
             rows += more
+            return True
+
+        group: list[Any]
+        group, carry = self.gather(req, fits, self.max_group)
         try:
             if kind is _Append:
                 done = self.commit_group(group)
@@ -537,9 +617,9 @@ class PostgresStore:
         # The leases of the owned sessions (key-share-locked until commit:
         # a takeover waits) and the versions of the sessions asked for.
         self._q_check = sql.SQL(
-            "WITH f AS (SELECT session_id, epoch FROM {} WHERE session_id = ANY(%s)"
+            "WITH f AS (SELECT session_id, epoch FROM {} WHERE session_id = ANY(%b::text[])"
             " FOR KEY SHARE) SELECT 'f', session_id, epoch FROM f UNION ALL"
-            " SELECT 'v', session_id, max(seq) FROM {} WHERE session_id = ANY(%s)"
+            " SELECT 'v', session_id, max(seq) FROM {} WHERE session_id = ANY(%b::text[])"
             " GROUP BY session_id"
         ).format(lt, t)
         # One statement for the whole group, a column of values each; the
@@ -547,8 +627,8 @@ class PostgresStore:
         self._q_insert = sql.SQL(
             "INSERT INTO {} (position, session_id, seq, tag, schema_version, payload,"
             " payload_text, recorded_at) SELECT (pg_current_xact_id()::text::int8 << {})"
-            " + n - 1, s, q, t, v, j::jsonb, x, r FROM unnest(%s::text[], %s::int4[],"
-            " %s::text[], %s::int4[], %s::text[], %s::text[], %s::float8[])"
+            " + n - 1, s, q, t, v, j::jsonb, x, r FROM unnest(%b::text[], %b::int4[],"
+            " %b::text[], %b::int4[], %b::text[], %b::text[], %b::float8[])"
             " WITH ORDINALITY AS u(s, q, t, v, j, x, r, n)"
         ).format(t, sql.Literal(_SHIFT))
         cols = sql.SQL(
@@ -561,6 +641,14 @@ class PostgresStore:
             "SELECT seq, tag, schema_version,"
             " convert_to(coalesce(payload_text, payload::text), 'UTF8') FROM {}"
             " WHERE session_id = %s AND seq > %s ORDER BY seq"
+        ).format(t)
+        # The same for many (session, after) pairs, each row tagged with the
+        # pair's place (from 1), in that order.
+        self._q_read_json_many = sql.SQL(
+            "SELECT r.i, e.seq, e.tag, e.schema_version,"
+            " convert_to(coalesce(e.payload_text, e.payload::text), 'UTF8')"
+            " FROM unnest(%b::text[], %b::int4[]) WITH ORDINALITY AS r(s, a, i)"
+            " JOIN {} AS e ON e.session_id = r.s AND e.seq > r.a ORDER BY r.i, e.seq"
         ).format(t)
         self._q_read_all = sql.SQL(
             "{} WHERE position > %s"
@@ -587,6 +675,7 @@ class PostgresStore:
         self._q_break = sql.SQL(_BREAK).format(lt)
         self._q_holders = sql.SQL(_LEASE_STATE + " WHERE l.session_id = ANY(%s)").format(lt)
         self._writer = None if read_only else _Writer(self, max_group)
+        self._reader = _Reader(self, max_group)
 
     @classmethod
     async def open(
@@ -815,13 +904,13 @@ class PostgresStore:
     async def read_decoded(
         self, session_id: str, decoder: EventDecoder[_T], after: int = 0
     ) -> list[_T]:
-        """:meth:`read` through ``decoder.decode_rows``, on the worker thread."""
-
-        def run() -> list[_T]:
-            rows = self._select(self._q_read_json, (session_id, after))
-            return decode_rows("", session_id, rows, decoder)
-
-        return await self._run(run)
+        """:meth:`read` through ``decoder.decode_rows``, on the store's reader
+        thread; reads of several sessions waiting together share one
+        statement."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        result: list[_T] = await self._reader.call(_Read(session_id, after, decoder))
+        return result
 
     async def read_decoded_many(
         self,
@@ -1021,6 +1110,8 @@ class PostgresStore:
         with trio.CancelScope(shield=True):
             if writer is not None:
                 await writer.call(_Call(lambda _: writer.close(), last=True))
+            reader = self._reader
+            await reader.call(_Call(lambda _: reader.close(), last=True))
             await trio.to_thread.run_sync(self._close_sync)
 
     def _close_sync(self) -> None:
