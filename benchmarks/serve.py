@@ -146,8 +146,8 @@ def _probe_main(url: str) -> None:
     # the busy client process. Each probe is timed in two parts: the TCP
     # connect (a full accept queue shows here) and the response after it
     # (a connection waiting to be accepted, or a starved event loop, shows
-    # here). Prints one "connect,response,failure" triple per probe (inf
-    # when a part did not finish) when told to stop.
+    # here). Prints "connect,response,failure,start" per probe (inf when a
+    # part did not finish; start in seconds after the first) when told to stop.
     import socket
     import threading
     from urllib.parse import urlsplit
@@ -157,7 +157,7 @@ def _probe_main(url: str) -> None:
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    results: list[tuple[float, float, str]] = []
+    results: list[tuple[float, float, str, float]] = []
     began = time.perf_counter()
 
     def probe() -> None:
@@ -189,7 +189,7 @@ def _probe_main(url: str) -> None:
             step = "connect" if connect == float("inf") else "response"
             took = time.perf_counter() - start
             failed = f"{step}:{failed}:{took:.1f}s@{start - began:.0f}s"
-        results.append((connect, response, failed))
+        results.append((connect, response, failed, start - began))
 
     probe()
     print("ready", flush=True)
@@ -201,7 +201,7 @@ def _probe_main(url: str) -> None:
         stop.wait(PROBE_EVERY)
     for thread in threads:
         thread.join()
-    print(" ".join(f"{c},{r},{f}" for c, r, f in results), flush=True)
+    print(" ".join(f"{c},{r},{f},{at}" for c, r, f, at in results), flush=True)
 
 
 def _spawn(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -296,10 +296,13 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
         prober.send_signal(signal.SIGTERM)
         out, _ = prober.communicate(timeout=30)
         probes = [pair.split(",") for pair in out.decode().split()]
-        health = [float(c) + float(r) for c, r, _ in probes]
-        probe_failures = [f for _, _, f in probes if f]
-        connects = [float(c) for c, _, _ in probes if c != "inf"]
-        responses = [float(r) for _, r, _ in probes if r != "inf"]
+        health = [float(c) + float(r) for c, r, _, _ in probes]
+        probe_failures = [f for _, _, f, _ in probes if f]
+        connects = [float(c) for c, _, _, _ in probes if c != "inf"]
+        responses = [float(r) for _, r, _, _ in probes if r != "inf"]
+        # When the slowest probe started, in seconds after the first probe
+        # (which was answered just before the first client connected).
+        slowest_at = float(probes[health.index(max(health))][3])
     firsts.sort()
     return {
         "elapsed": elapsed,
@@ -314,6 +317,7 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
         "health_failed": len(probe_failures),
         "health_failures": probe_failures,
         "health_max": max(health) if health else float("nan"),
+        "health_slowest_at": slowest_at,
         "health_connect": _median_max(connects),
         "health_response": _median_max(responses),
         "misses": misses,
@@ -353,7 +357,9 @@ def _check_store(db: Path, clients: int) -> tuple[int, int, int, dict[str, str]]
     return len(committed), lost, duplicated, missing
 
 
-def _round(kind: str, clients: int, deltas: int, loopback_url: str) -> dict[str, Any]:
+def _round(
+    kind: str, clients: int, deltas: int, loopback_url: str, serve_args: list[str]
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "load.db"
         if kind == "serve":
@@ -361,7 +367,7 @@ def _round(kind: str, clients: int, deltas: int, loopback_url: str) -> dict[str,
             # not timeouts.
             cmd = [sys.executable, "-m", "turnledger", "serve", "--db", str(db), "--port", "0",
                    "--base-url", loopback_url, "--model", "m", "--idle-timeout", "300",
-                   "--timeout", "600"]  # fmt: skip
+                   "--timeout", "600", *serve_args]  # fmt: skip
         else:
             accept = "one" if kind == "bare-one" else "batch"
             cmd = [sys.executable, str(HERE), "--bare-child", accept, "--deltas", str(deltas)]
@@ -402,6 +408,13 @@ def main() -> None:
         help="comma-separated, run in this order each round (default: %(default)s); "
         "bare-one: the bare endpoint on Hypercorn as shipped (one accept per scheduler pass)",
     )
+    p.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more option for turnledger serve (repeat it), e.g. --serve-arg=--max-starting=32",
+    )
     p.add_argument("--bare-child", choices=["batch", "one"], help=argparse.SUPPRESS)
     p.add_argument("--loopback-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--probe-child", metavar="URL", help=argparse.SUPPRESS)
@@ -428,14 +441,15 @@ def main() -> None:
     try:
         for r in range(args.rounds):
             for kind in variants:  # interleaved, so noise hits all alike
-                res = _round(kind, args.clients, args.deltas, loopback_url)
+                res = _round(kind, args.clients, args.deltas, loopback_url, args.serve_arg)
                 runs[kind].append(res)
                 line = (
                     f"round {r + 1} {kind:<8}: {res['elapsed']:.2f}s, "
                     f"{res['complete']}/{args.clients} streams complete, "
                     f"{res['committed']} committed outcomes, {len(res['failures'])} errors, "
                     f"healthz {res['health_probes'] - res['health_failed']}/{res['health_probes']}"
-                    f" within {PROBE_DEADLINE:g}s (max {1000 * res['health_max']:.0f} ms;"
+                    f" within {PROBE_DEADLINE:g}s (max {1000 * res['health_max']:.0f} ms"
+                    f" at {res['health_slowest_at']:.0f}s;"
                     " median/max connect "
                     f"{_ms(res['health_connect'])}, response {_ms(res['health_response'])})"
                     f", exit {res['exit']}"

@@ -91,7 +91,7 @@ class ServeSettings:
     #: the costliest part of a stream: a burst of a thousand at once makes
     #: every scheduler pass long, and a health check needs several passes.
     #: A turn waiting for a slow model's first token holds its slot too.
-    max_starting: int = 64
+    max_starting: int = 32
 
 
 class ApiError(Exception):

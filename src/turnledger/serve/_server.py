@@ -62,7 +62,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM, how long turns in flight may take to end")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=1_048_576, metavar="N",
                    help="largest request body accepted (default: %(default)s)")  # fmt: skip
-    p.add_argument("--max-starting", type=int, default=64, metavar="N",
+    p.add_argument("--max-starting", type=int, default=32, metavar="N",
                    help="turns starting at once, until their first delta (default: "
                    "%(default)s; 0: no limit); more wait in order")  # fmt: skip
     p.add_argument("--max-connections", type=int, default=2000, metavar="N",
