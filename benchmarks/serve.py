@@ -3,20 +3,29 @@
 N concurrent SSE clients (default 1,000) each POST one turn to one ``serve``
 process (SQLite store) and read its stream of D deltas (default 200) to the
 outcome; the model server is the loopback server, in a process of its own.
-While they stream, a prober GETs ``/healthz`` every 0.25 s. Afterwards the
-store is read: every turn must be committed exactly once, none lost or
-duplicated.
+From before the first client connects until the last outcome, a prober in
+another process GETs ``/healthz``; the service "answers throughout" when
+every probe got its 200 within PROBE_DEADLINE (1 s; see below). Afterwards
+the store is read: every turn must be committed exactly once, none lost or
+duplicated. The run fails (exit 1) otherwise.
 
 The baseline, in the same run: a bare Hypercorn SSE endpoint (a plain ASGI
 function on Hypercorn's trio worker, no framework, no model server, no
 store) streaming the same D delta events, in the same wire format, to the
-same N clients. The service's CPU per delta (user + system time of its
-process, from /proc) is compared with the baseline's.
+same N clients, probed the same way. It runs on the same worker and
+listener as ``serve`` (``turnledger.serve._listen``: every pending
+connection accepted per scheduler pass), so the CPU comparison is of the
+application alone. ``--variants bare-one,bare,serve`` adds the bare
+endpoint on Hypercorn as shipped (trio's listener: one accept per pass),
+whose probes show what the batch listener is for. The service's CPU per
+delta (user + system time of its process, from /proc) is compared with the
+bare endpoint's.
 
-    python benchmarks/serve.py [--clients N] [--deltas D] [--rounds R]
+    python benchmarks/serve.py [--clients N] [--deltas D] [--rounds R] [--variants ...]
 
 Prints, per variant, the median over rounds of: turns/s, p50/p99 time to
-first delta, CPU µs per delta; then the CPU ratio serve/bare (goal: ≤ 2×).
+first delta, CPU µs per delta, and the probes answered in time (all rounds)
+with the slowest; then the CPU ratio serve/bare (goal: ≤ 2×).
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ def _loopback_main(deltas: int) -> None:
         signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
 
-def _bare_main(deltas: int) -> None:
+def _bare_main(deltas: int, accept: str) -> None:
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
@@ -87,12 +96,14 @@ def _bare_main(deltas: int) -> None:
     async def main() -> None:
         import socket
 
+        from turnledger.serve._listen import BatchListener, serve_on
+
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
-        sock.listen(2048)
+        sock.listen(1024)  # as turnledger serve listens
         config = Config()
         config.bind = [f"fd://{sock.fileno()}"]
-        config.backlog = 1024  # as turnledger serve sets it
+        config.backlog = 1024
         config.accesslog = None
         config.errorlog = None
         print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
@@ -106,16 +117,37 @@ def _bare_main(deltas: int) -> None:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(on_signal)
-            await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+            if accept == "batch":
+                # The same worker and listener as turnledger serve.
+                await serve_on(app, config, BatchListener(sock), shutdown_trigger=stop.wait)
+            else:
+                # Hypercorn as shipped: trio's SocketListener, one accept per pass.
+                await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
     trio.run(main)
 
 
+#: "The service answers /healthz throughout" means: a probe starts every
+#: PROBE_EVERY seconds for the whole load (from before the first client
+#: connects until after the last outcome), each on a new connection and
+#: whether or not the one before has finished, and EVERY probe gets its
+#: 200 within PROBE_DEADLINE seconds, TCP connect included. One second is
+#: the default timeout of a Kubernetes liveness/readiness probe: a slower
+#: answer is what would get the process restarted or taken out of rotation.
+#: Probes wait up to PROBE_GIVE_UP seconds, so a late answer is still
+#: measured (and reported), but it counts as a failure.
+PROBE_EVERY = 0.25
+PROBE_DEADLINE = 1.0
+PROBE_GIVE_UP = 30.0
+
+
 def _probe_main(url: str) -> None:
-    # One GET /healthz every 0.25 s on a fresh connection, timed in two
-    # parts: the TCP connect (a full accept queue shows here) and the
-    # response after it (a starved event loop shows here). Prints one
-    # "connect,response" pair per probe (inf for a failure) when told to stop.
+    # Runs in a process of its own, so the probe measures the service, not
+    # the busy client process. Each probe is timed in two parts: the TCP
+    # connect (a full accept queue shows here) and the response after it
+    # (a connection waiting to be accepted, or a starved event loop, shows
+    # here). Prints "connect,response,failure,start" per probe (inf when a
+    # part did not finish; start in seconds after the first) when told to stop.
     import socket
     import threading
     from urllib.parse import urlsplit
@@ -125,14 +157,15 @@ def _probe_main(url: str) -> None:
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    pairs: list[tuple[float, float, str]] = []
+    results: list[tuple[float, float, str, float]] = []
     began = time.perf_counter()
-    while not stop.is_set():
+
+    def probe() -> None:
         connect = response = float("inf")
         failed = ""
-        t = time.perf_counter()
+        start = t = time.perf_counter()
         try:
-            with socket.create_connection(address, timeout=10) as sock:
+            with socket.create_connection(address, timeout=PROBE_GIVE_UP) as sock:
                 connect = time.perf_counter() - t
                 t = time.perf_counter()
                 sock.sendall(request)
@@ -148,15 +181,27 @@ def _probe_main(url: str) -> None:
                     failed = f"{reply[:12].decode(errors='replace')!r}".replace(" ", "_")
         except OSError as exc:
             failed = type(exc).__name__
+        if not failed and connect + response > PROBE_DEADLINE:
+            failed = "late"
         if failed:
-            # Which step failed, after how long, and when into the load: a
-            # connect that timed out means a full accept queue, a response
-            # that the loop did not get to it.
+            # Which step failed or was late, after how long, and when into
+            # the load it started.
             step = "connect" if connect == float("inf") else "response"
-            failed = f"{step}:{failed}:{time.perf_counter() - t:.1f}s@{t - began:.0f}s"
-        pairs.append((connect, response, failed))
-        stop.wait(0.25)
-    print(" ".join(f"{c},{r},{f}" for c, r, f in pairs), flush=True)
+            took = time.perf_counter() - start
+            failed = f"{step}:{failed}:{took:.1f}s@{start - began:.0f}s"
+        results.append((connect, response, failed, start - began))
+
+    probe()
+    print("ready", flush=True)
+    threads = []
+    while not stop.is_set():
+        thread = threading.Thread(target=probe)
+        thread.start()
+        threads.append(thread)
+        stop.wait(PROBE_EVERY)
+    for thread in threads:
+        thread.join()
+    print(" ".join(f"{c},{r},{f},{at}" for c, r, f, at in results), flush=True)
 
 
 def _spawn(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -239,6 +284,10 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        assert prober.stdout is not None
+        # The first probe has been answered: probing covers the whole load.
+        if prober.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the prober did not start")
         t0 = time.perf_counter()
         async with trio.open_nursery() as turns:
             for i in range(clients):
@@ -247,10 +296,13 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
         prober.send_signal(signal.SIGTERM)
         out, _ = prober.communicate(timeout=30)
         probes = [pair.split(",") for pair in out.decode().split()]
-        health = [float(r) if c != "inf" else float(c) for c, r, _ in probes]
-        probe_failures = [f for _, _, f in probes if f]
-        connects = [float(c) for c, _, _ in probes if c != "inf"]
-        responses = [float(r) for _, r, _ in probes if r != "inf"]
+        health = [float(c) + float(r) for c, r, _, _ in probes]
+        probe_failures = [f for _, _, f, _ in probes if f]
+        connects = [float(c) for c, _, _, _ in probes if c != "inf"]
+        responses = [float(r) for _, r, _, _ in probes if r != "inf"]
+        # When the slowest probe started, in seconds after the first probe
+        # (which was answered just before the first client connected).
+        slowest_at = float(probes[health.index(max(health))][3])
     firsts.sort()
     return {
         "elapsed": elapsed,
@@ -262,9 +314,10 @@ async def _load(url: str, clients: int, deltas: int) -> dict[str, Any]:
         "committed": outcomes.count("committed"),
         "failures": failures,
         "health_probes": len(health),
-        "health_failed": sum(1 for h in health if h == float("inf")),
+        "health_failed": len(probe_failures),
         "health_failures": probe_failures,
         "health_max": max(health) if health else float("nan"),
+        "health_slowest_at": slowest_at,
         "health_connect": _median_max(connects),
         "health_response": _median_max(responses),
         "misses": misses,
@@ -304,7 +357,9 @@ def _check_store(db: Path, clients: int) -> tuple[int, int, int, dict[str, str]]
     return len(committed), lost, duplicated, missing
 
 
-def _round(kind: str, clients: int, deltas: int, loopback_url: str) -> dict[str, Any]:
+def _round(
+    kind: str, clients: int, deltas: int, loopback_url: str, serve_args: list[str]
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "load.db"
         if kind == "serve":
@@ -312,9 +367,10 @@ def _round(kind: str, clients: int, deltas: int, loopback_url: str) -> dict[str,
             # not timeouts.
             cmd = [sys.executable, "-m", "turnledger", "serve", "--db", str(db), "--port", "0",
                    "--base-url", loopback_url, "--model", "m", "--idle-timeout", "300",
-                   "--timeout", "600"]  # fmt: skip
+                   "--timeout", "600", *serve_args]  # fmt: skip
         else:
-            cmd = [sys.executable, str(HERE), "--bare-child", "--deltas", str(deltas)]
+            accept = "one" if kind == "bare-one" else "batch"
+            cmd = [sys.executable, str(HERE), "--bare-child", accept, "--deltas", str(deltas)]
         proc, url = _spawn(cmd)
         try:
             cpu0 = _cpu_seconds(proc.pid)
@@ -330,6 +386,13 @@ def _round(kind: str, clients: int, deltas: int, loopback_url: str) -> dict[str,
     return result
 
 
+_NAMES = {
+    "bare": "bare Hypercorn SSE endpoint",
+    "bare-one": "bare, Hypercorn's own accept loop",
+    "serve": "turnledger serve (SQLite)",
+}
+
+
 def _ms(pair: tuple[float, float]) -> str:
     return f"{1000 * pair[0]:.0f}/{1000 * pair[1]:.0f} ms"
 
@@ -339,12 +402,25 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=1000)
     p.add_argument("--deltas", type=int, default=200)
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--bare-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--variants",
+        default="bare,serve",
+        help="comma-separated, run in this order each round (default: %(default)s); "
+        "bare-one: the bare endpoint on Hypercorn as shipped (one accept per scheduler pass)",
+    )
+    p.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more option for turnledger serve (repeat it), e.g. --serve-arg=--max-starting=32",
+    )
+    p.add_argument("--bare-child", choices=["batch", "one"], help=argparse.SUPPRESS)
     p.add_argument("--loopback-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--probe-child", metavar="URL", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.bare_child:
-        _bare_main(args.deltas)
+        _bare_main(args.deltas, args.bare_child)
         return
     if args.probe_child:
         _probe_main(args.probe_child)
@@ -356,19 +432,25 @@ def main() -> None:
     loopback, loopback_url = _spawn(
         [sys.executable, str(HERE), "--loopback-child", "--deltas", str(args.deltas)]
     )
-    runs: dict[str, list[dict[str, Any]]] = {"serve": [], "bare": []}
+    variants = args.variants.split(",")
+    unknown = set(variants) - set(_NAMES)
+    if unknown or not {"bare", "serve"} <= set(variants):
+        p.error(f"--variants: needs bare and serve, may add bare-one; not {sorted(unknown)}")
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in variants}
     ok = True
     try:
         for r in range(args.rounds):
-            for kind in ("bare", "serve"):  # interleaved, so noise hits both alike
-                res = _round(kind, args.clients, args.deltas, loopback_url)
+            for kind in variants:  # interleaved, so noise hits all alike
+                res = _round(kind, args.clients, args.deltas, loopback_url, args.serve_arg)
                 runs[kind].append(res)
                 line = (
-                    f"round {r + 1} {kind:<5}: {res['elapsed']:.2f}s, "
+                    f"round {r + 1} {kind:<8}: {res['elapsed']:.2f}s, "
                     f"{res['complete']}/{args.clients} streams complete, "
                     f"{res['committed']} committed outcomes, {len(res['failures'])} errors, "
                     f"healthz {res['health_probes'] - res['health_failed']}/{res['health_probes']}"
-                    f" ok (max {1000 * res['health_max']:.0f} ms; median/max connect "
+                    f" within {PROBE_DEADLINE:g}s (max {1000 * res['health_max']:.0f} ms"
+                    f" at {res['health_slowest_at']:.0f}s;"
+                    " median/max connect "
                     f"{_ms(res['health_connect'])}, response {_ms(res['health_response'])})"
                     f", exit {res['exit']}"
                 )
@@ -386,7 +468,10 @@ def main() -> None:
                     ok &= res["health_failed"] == 0
                 ok &= res["complete"] == args.clients
                 if res["health_failures"]:
-                    line += f"; failed probes: {' '.join(res['health_failures'])}"
+                    shown = res["health_failures"][:6]
+                    more = len(res["health_failures"]) - len(shown)
+                    line += f"; failed probes: {' '.join(shown)}"
+                    line += f" (and {more} more)" if more else ""
                 if res["failures"]:
                     kinds = sorted(set(res["failures"]))
                     line += f"; client errors: {', '.join(kinds)}"
@@ -400,13 +485,19 @@ def main() -> None:
 
     print()
     print(f"{args.clients} clients x {args.deltas} deltas, medians of {args.rounds} round(s):")
-    print(f"{'variant':<34} {'turns/s':>9} {'p50 first':>10} {'p99 first':>10} {'CPU/delta':>11}")
-    names = {"bare": "bare Hypercorn SSE endpoint", "serve": "turnledger serve (SQLite)"}
-    for kind in ("bare", "serve"):
+    print(
+        f"{'variant':<44} {'turns/s':>9} {'p50 first':>10} {'p99 first':>10} {'CPU/delta':>11}"
+        f" {'healthz ok':>11} {'max':>8}"
+    )
+    for kind in variants:
+        probes = sum(r["health_probes"] for r in runs[kind])
+        good = probes - sum(r["health_failed"] for r in runs[kind])
+        worst = max(r["health_max"] for r in runs[kind])
         print(
-            f"{names[kind]:<34} {med(kind, 'turns_per_s'):>9.1f} "
+            f"{_NAMES[kind]:<44} {med(kind, 'turns_per_s'):>9.1f} "
             f"{1000 * med(kind, 'p50_first'):>8.0f}ms {1000 * med(kind, 'p99_first'):>8.0f}ms "
-            f"{med(kind, 'cpu_us_per_delta'):>9.1f}µs"
+            f"{med(kind, 'cpu_us_per_delta'):>9.1f}µs {f'{good}/{probes}':>11} "
+            f"{1000 * worst:>6.0f}ms"
         )
     ratio = med("serve", "cpu_us_per_delta") / med("bare", "cpu_us_per_delta")
     print(f"CPU per delta, serve / bare: {ratio:.2f}x (goal: within 2x)")

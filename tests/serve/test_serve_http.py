@@ -374,3 +374,57 @@ def test_a_session_owned_by_another_serve_process_is_409(
         assert [t for t, _ in _tags(b, "owned-1")].count("turn_submitted") == 1
         # reading is fine from anywhere
         assert b.get("/v1/sessions/owned-1").json()["turns"][0]["request_id"] == "o1"
+
+
+def test_a_turn_beyond_max_starting_waits_for_a_slot(
+    provider: LoopbackServer, tmp_path: Path
+) -> None:
+    import threading
+
+    with running(tmp_path / "s.db", provider.openai_base_url, "--max-starting", "1") as s:
+        hung: list[Any] = []
+        queued_answered = threading.Event()
+        queued: list[dict[str, Any]] = []
+
+        def hang() -> None:
+            # Its model server sends headers, then nothing: no first delta,
+            # so the turn keeps the only slot until it ends.
+            with s.client() as c:
+                hung.extend(post_turn(c, "slot-a", "hang", rid="a1")[1])
+
+        def wait_for_slot() -> None:
+            body = {"question": "hi", "request_id": "b1"}
+            with s.client() as c, c.stream("POST", "/v1/sessions/slot-b/turns", json=body) as r:
+                queued_answered.set()
+                queued.extend(sse_events(r))
+
+        threads = [threading.Thread(target=hang), threading.Thread(target=wait_for_slot)]
+        threads[0].start()
+        with s.client() as c:  # the first turn is in flight: it holds the slot
+            deadline = time.monotonic() + 15
+            while c.get("/v1/sessions/slot-a/state").json().get("in_flight") != "a1":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        threads[1].start()
+        # The second turn gets no answer, not even its headers, while the
+        # first holds the slot (however slow the machine, it cannot).
+        assert not queued_answered.wait(1.0)
+        with s.client() as c:
+            cancelled = c.post("/v1/sessions/slot-a/turns/a1/cancel")
+        assert cancelled.json()["kind"] == "discarded"
+        assert queued_answered.wait(15)
+        for t in threads:
+            t.join(15)
+    assert queued[0]["event"] == "turn" and queued[-1]["data"]["kind"] == "committed"
+    assert queued[-1]["data"]["answer"] == answer_for("hi")
+    assert hung[-1]["event"] == "outcome" and hung[-1]["data"]["reason"] == "cancelled"
+
+
+def test_a_negative_max_starting_is_refused(tmp_path: Path) -> None:
+    import subprocess
+
+    cmd = serve_command(str(tmp_path / "x.db"), "http://127.0.0.1:9/v1", "--max-starting", "-1")
+    done = subprocess.run(cmd, capture_output=True, timeout=60)
+    assert done.returncode == 2
+    assert b"--max-starting" in done.stderr
+    assert not (tmp_path / "x.db").exists()

@@ -23,10 +23,12 @@ from the handle the app holds for each turn in flight it submitted.
 from __future__ import annotations
 
 import hmac
+import math
 import re
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from functools import partial
 from typing import Any
 
 import attrs
@@ -83,6 +85,13 @@ class ServeSettings:
     follow_interval: float = 0.25
     #: Finished turns whose results are kept in memory for reconnects.
     keep_results: int = 4096
+    #: Turns that may be starting at once, from the POST until their first
+    #: delta or end (0: no limit); more wait for a slot, in order of arrival.
+    #: Starting a turn (its session, its first events, the model request) is
+    #: the costliest part of a stream: a burst of a thousand at once makes
+    #: every scheduler pass long, and a health check needs several passes.
+    #: A turn waiting for a slow model's first token holds its slot too.
+    max_starting: int = 32
 
 
 class ApiError(Exception):
@@ -173,31 +182,46 @@ class _Relay:
     write, so a burst of deltas costs one write per client, not one each.
     """
 
-    __slots__ = ("frames", "handle", "lot", "outcome")
+    __slots__ = ("frames", "handle", "lot", "outcome", "started")
 
-    def __init__(self, handle: TurnHandle) -> None:
+    def __init__(self, handle: TurnHandle, started: Callable[[], None]) -> None:
         self.handle = handle
+        #: Called once, when the turn's first delta or its end arrives.
+        self.started: Callable[[], None] | None = started
         #: ``frames[i]`` is the SSE frame of delta ``i + 1``.
         self.frames: list[bytes] = []
         #: The final frame (``outcome``, or ``error`` if the hub closed first).
         self.outcome: bytes | None = None
         self.lot = trio.lowlevel.ParkingLot()
 
+    def _started(self) -> None:
+        if self.started is not None:
+            started, self.started = self.started, None
+            started()
+
     async def run(self, service: _Service, key: tuple[str, str]) -> None:
         n = 0
-        async for delta in self.handle.preview():
-            n += 1
-            self.frames.append(_sse("delta", {"text": delta}, id=n))
-            self.lot.unpark_all()
         try:
-            result = await self.handle.outcome()
-        except SessionClosed:
-            gone = {"code": "shutting_down", "message": "the service stopped before the turn ended"}
-            self.outcome = _sse("error", gone)
-        else:
-            service._finish(key, result)
-            self.outcome = _sse("outcome", result_json(result))
-        self.lot.unpark_all()
+            async for delta in self.handle.preview():
+                if not n:
+                    self._started()
+                n += 1
+                self.frames.append(_sse("delta", {"text": delta}, id=n))
+                self.lot.unpark_all()
+            try:
+                result = await self.handle.outcome()
+            except SessionClosed:
+                gone = {
+                    "code": "shutting_down",
+                    "message": "the service stopped before the turn ended",
+                }
+                self.outcome = _sse("error", gone)
+            else:
+                service._finish(key, result)
+                self.outcome = _sse("outcome", result_json(result))
+            self.lot.unpark_all()
+        finally:
+            self._started()
 
     async def stream(self, after: int, head: bytes) -> AsyncIterator[bytes]:
         if head:
@@ -233,6 +257,8 @@ class _Service:
         self.live: dict[tuple[str, str], _Relay] = {}
         #: Results of recently finished turns (for reconnects), oldest first.
         self.done: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        #: Turns between their POST and their first delta (or end).
+        self.starting = trio.CapacityLimiter(settings.max_starting or math.inf)
 
     # -- helpers ---------------------------------------------------------
 
@@ -304,24 +330,35 @@ class _Service:
         rid = body.get("request_id")
         if rid is not None:
             _check_id("request_id", rid)
+        # A slot among the turns starting (see ServeSettings.max_starting),
+        # held until the turn's first delta or its end: the relay gives it back.
+        slot = object()
+        await self.starting.acquire_on_behalf_of(slot)
+        held = True
         try:
-            handle = await self.hub.submit(session_id, question, request_id=rid)
-            key = (session_id, handle.request_id)
-            await self._admitted(handle)
-            if handle.done:
-                result = await handle.outcome()
-                if isinstance(result, RejectedResult):
-                    self._finish(key, result)
-                    status = _REJECT_STATUS.get(result.reason, 400)
-                    code = "busy" if result.reason == "busy" else result.reason
-                    return _error(status, code, _describe_rejection(result))
-        except (StoreError, SessionClosed, InvalidCommand) as exc:
-            raise self._hub_error(exc) from None
-        relay = self.live.get(key)
-        if relay is None:
-            # The first handle of the turn (a repeat joins the same relay).
-            relay = self.live[key] = _Relay(handle)
-            self.nursery.start_soon(relay.run, self, key)
+            try:
+                handle = await self.hub.submit(session_id, question, request_id=rid)
+                key = (session_id, handle.request_id)
+                await self._admitted(handle)
+                if handle.done:
+                    result = await handle.outcome()
+                    if isinstance(result, RejectedResult):
+                        self._finish(key, result)
+                        status = _REJECT_STATUS.get(result.reason, 400)
+                        code = "busy" if result.reason == "busy" else result.reason
+                        return _error(status, code, _describe_rejection(result))
+            except (StoreError, SessionClosed, InvalidCommand) as exc:
+                raise self._hub_error(exc) from None
+            relay = self.live.get(key)
+            if relay is None:
+                # The first handle of the turn (a repeat joins the same relay).
+                release = partial(self.starting.release_on_behalf_of, slot)
+                relay = self.live[key] = _Relay(handle, release)
+                held = False
+                self.nursery.start_soon(relay.run, self, key)
+        finally:
+            if held:
+                self.starting.release_on_behalf_of(slot)
         head = _sse("turn", {"session_id": key[0], "request_id": key[1]})
         return StreamingResponse(
             relay.stream(0, head), media_type="text/event-stream", headers=_SSE_HEADERS

@@ -62,6 +62,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM, how long turns in flight may take to end")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=1_048_576, metavar="N",
                    help="largest request body accepted (default: %(default)s)")  # fmt: skip
+    p.add_argument("--max-starting", type=int, default=32, metavar="N",
+                   help="turns starting at once, until their first delta (default: "
+                   "%(default)s; 0: no limit); more wait in order")  # fmt: skip
     p.add_argument("--max-connections", type=int, default=2000, metavar="N",
                    help="connections to the model server (default: %(default)s)")  # fmt: skip
 
@@ -126,7 +129,7 @@ def _bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(1024)
+    sock.listen(1024)  # room for a burst of connections (the default would be 128)
     sock.set_inheritable(True)
     return sock
 
@@ -144,13 +147,15 @@ async def run_serve(
     # The server stack (the ``serve`` extra) is imported only to run: the
     # command line builds its parser from this module without it.
     from hypercorn.config import Config
-    from hypercorn.trio import serve
 
     from ..adapters.stores import open_store
     from ..sessions import open_hub
     from ._app import ServeSettings, create_app
+    from ._listen import BatchListener
 
     token = _token(args)
+    if args.max_starting < 0:
+        raise ServeOptionsError("--max-starting must be 0 (no limit) or more")
     if not args.base_url and endpoint is None:
         raise ServeOptionsError("--base-url is required")
     model = args.model or ("loopback" if not args.base_url else None)
@@ -158,7 +163,6 @@ async def run_serve(
         raise ServeOptionsError("--model is required with --base-url")
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
-    handed = False
     served = trio.Event()
     opened = _given(args.base_url) if args.base_url or endpoint is None else endpoint(args)
     async with opened as base_url:
@@ -176,15 +180,17 @@ async def run_serve(
 
                 nursery.start_soon(on_signal)
                 config = Config()
-                config.bind = [f"fd://{sock.fileno()}"]
-                config.backlog = 1024  # Hypercorn listens again with this (default 100)
                 # Streams end once the hub has closed (every turn then has its
                 # outcome), so this is only a backstop.
                 config.graceful_timeout = args.grace + 15
                 config.accesslog = None
                 config.errorlog = None
                 config.keep_alive_timeout = 75
-                settings = ServeSettings(token=token, max_body_bytes=args.max_body_bytes)
+                settings = ServeSettings(
+                    token=token,
+                    max_body_bytes=args.max_body_bytes,
+                    max_starting=args.max_starting,
+                )
                 async with open_hub(
                     store,
                     provider,
@@ -200,8 +206,11 @@ async def run_serve(
                     # The server runs in the outer nursery: it outlives the hub,
                     # so streams still deliver the outcomes the hub's closing
                     # writes (``interrupted``) before the connections end.
-                    handed = True  # from here on Hypercorn owns (and closes) the socket
-                    nursery.start_soon(_serve, serve, app, config, stop, served)
+                    # Connections are accepted in batches: behind a burst of
+                    # new streams, /healthz would otherwise wait one scheduler
+                    # pass per connection ahead of it (see _listen).
+                    listener = BatchListener(sock)  # owns the socket from here
+                    nursery.start_soon(_serve, app, config, listener, stop, served)
                     shown = f"[{host}]" if ":" in host else host
                     print(f"turnledger serve: listening on http://{shown}:{port}", flush=True)
                     await stop.wait()
@@ -215,17 +224,16 @@ async def run_serve(
                 nursery.cancel_scope.cancel()
         finally:
             await store.aclose()
-            if handed:
-                sock.detach()
-            else:
-                sock.close()
+            sock.close()  # closed already if the listener ran; closing again is harmless
     return 0
 
 
-async def _serve(serve: Any, app: Any, config: Any, stop: trio.Event, done: trio.Event) -> None:
+async def _serve(app: Any, config: Any, listener: Any, stop: trio.Event, done: trio.Event) -> None:
     # The socket is bound and listening already, so the address printed
     # before this starts is good (a parent reads it with --port 0).
+    from ._listen import serve_on
+
     try:
-        await serve(app, config, shutdown_trigger=stop.wait)
+        await serve_on(app, config, listener, shutdown_trigger=stop.wait)
     finally:
         done.set()
