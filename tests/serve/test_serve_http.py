@@ -381,7 +381,8 @@ def test_a_turn_beyond_max_starting_waits_for_a_slot(
 ) -> None:
     import threading
 
-    with running(tmp_path / "s.db", provider.openai_base_url, "--max-starting", "1") as s:
+    slot = ("--max-starting", "1", "--start-hold", "60")
+    with running(tmp_path / "s.db", provider.openai_base_url, *slot) as s:
         hung: list[Any] = []
         queued_answered = threading.Event()
         queued: list[dict[str, Any]] = []
@@ -418,6 +419,29 @@ def test_a_turn_beyond_max_starting_waits_for_a_slot(
     assert queued[0]["event"] == "turn" and queued[-1]["data"]["kind"] == "committed"
     assert queued[-1]["data"]["answer"] == answer_for("hi")
     assert hung[-1]["event"] == "outcome" and hung[-1]["data"]["reason"] == "cancelled"
+
+
+def test_a_turn_gives_its_slot_back_after_start_hold(
+    provider: LoopbackServer, tmp_path: Path
+) -> None:
+    # A model that sends nothing keeps its turn from its first delta, not
+    # the other turns from starting: after --start-hold the slot is free.
+    slot = ("--max-starting", "1", "--start-hold", "0.5")
+    with running(tmp_path / "s.db", provider.openai_base_url, *slot) as s, s.client() as c:
+        body = {"question": "hang", "request_id": "a1"}
+        with c.stream("POST", "/v1/sessions/hold-a/turns", json=body) as hung:
+            assert hung.status_code == 200
+            started = time.monotonic()
+            status, events = post_turn(c, "hold-b", "hi", rid="b1")
+            waited = time.monotonic() - started
+            # The first turn still hangs: the second got its slot from
+            # the hold limit, not from the first turn's end.
+            assert c.get("/v1/sessions/hold-a/state").json().get("in_flight") == "a1"
+        assert status == 200
+        assert events[-1]["data"]["kind"] == "committed"
+        assert events[-1]["data"]["answer"] == answer_for("hi")
+        assert waited < 30
+        c.post("/v1/sessions/hold-a/turns/a1/cancel")
 
 
 def test_a_negative_max_starting_is_refused(tmp_path: Path) -> None:

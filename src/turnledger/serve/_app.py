@@ -90,8 +90,11 @@ class ServeSettings:
     #: Starting a turn (its session, its first events, the model request) is
     #: the costliest part of a stream: a burst of a thousand at once makes
     #: every scheduler pass long, and a health check needs several passes.
-    #: A turn waiting for a slow model's first token holds its slot too.
+    #: A turn holds its slot at most ``start_hold`` seconds: a slow model's
+    #: long wait for its first token must not keep other turns from starting.
     max_starting: int = 32
+    #: The longest a turn holds its starting slot (see ``max_starting``).
+    start_hold: float = 0.5
 
 
 class ApiError(Exception):
@@ -222,6 +225,15 @@ class _Relay:
             self.lot.unpark_all()
         finally:
             self._started()
+
+    async def hold_at_most(self, seconds: float) -> None:
+        """Give the starting slot back after ``seconds`` if the turn has not.
+
+        Cancellation: cancelling this only leaves the slot to the turn's first
+        delta or end, which give it back anyway.
+        """
+        await trio.sleep(seconds)
+        self._started()
 
     async def stream(self, after: int, head: bytes) -> AsyncIterator[bytes]:
         if head:
@@ -356,6 +368,8 @@ class _Service:
                 relay = self.live[key] = _Relay(handle, release)
                 held = False
                 self.nursery.start_soon(relay.run, self, key)
+                if self.settings.max_starting:
+                    self.nursery.start_soon(relay.hold_at_most, self.settings.start_hold)
         finally:
             if held:
                 self.starting.release_on_behalf_of(slot)

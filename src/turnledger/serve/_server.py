@@ -65,6 +65,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-starting", type=int, default=32, metavar="N",
                    help="turns starting at once, until their first delta (default: "
                    "%(default)s; 0: no limit); more wait in order")  # fmt: skip
+    p.add_argument("--start-hold", type=float, default=0.5, metavar="SECONDS",
+                   help="the longest a turn keeps its starting slot while its model "
+                   "has sent nothing yet (default: %(default)s)")  # fmt: skip
     p.add_argument("--max-connections", type=int, default=2000, metavar="N",
                    help="connections to the model server (default: %(default)s)")  # fmt: skip
 
@@ -156,6 +159,8 @@ async def run_serve(
     token = _token(args)
     if args.max_starting < 0:
         raise ServeOptionsError("--max-starting must be 0 (no limit) or more")
+    if not args.start_hold > 0:
+        raise ServeOptionsError("--start-hold must be more than 0 seconds")
     if not args.base_url and endpoint is None:
         raise ServeOptionsError("--base-url is required")
     model = args.model or ("loopback" if not args.base_url else None)
@@ -190,6 +195,7 @@ async def run_serve(
                     token=token,
                     max_body_bytes=args.max_body_bytes,
                     max_starting=args.max_starting,
+                    start_hold=args.start_hold,
                 )
                 async with open_hub(
                     store,
