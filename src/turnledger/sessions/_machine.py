@@ -829,7 +829,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     if isinstance(event, SessionStarted):
         if state.config is not None or state.version != 0:
             raise ReplayError("SessionStarted must be the first event, once")
-        return Idle(**{**base, "config": event})
+        base["config"] = event
+        return Idle(**base)
     if state.config is None:
         raise ReplayError(f"{type(event).__name__} before SessionStarted")
     if isinstance(event, TurnSubmitted):
@@ -843,7 +844,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             event.request_bytes,
             estimated_prompt_tokens=event.estimated_prompt_tokens,
         )
-        return Pending(**{**base, "last_request_id": event.request_id}, request=req)
+        base["last_request_id"] = event.request_id
+        return Pending(**base, request=req)
     if isinstance(event, TurnRejected):
         if event.request_id in state.endings or event.request_id == current_request(state):
             raise ReplayError(f"request {event.request_id!r} rejected after it was seen")

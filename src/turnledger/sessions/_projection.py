@@ -227,7 +227,7 @@ def plan(
     sep = enc.separator_size
     mandatory_bytes = (
         enc.frame_size(model, len(mandatory))
-        + sum(enc.message_size(m) for m in mandatory)
+        + sum(map(enc.message_size, mandatory))
         + enc.tools_size(tools, tool_choice)
     )
     n = len(turns)
@@ -244,9 +244,7 @@ def plan(
     est = budget.estimator
     max_tokens = budget.max_prompt_tokens
     mandatory_tokens = (
-        est.request_tokens
-        + sum(est.message_tokens(m) for m in mandatory)
-        + tools_tokens(est, tools)
+        est.request_tokens + sum(map(est.message_tokens, mandatory)) + tools_tokens(est, tools)
     )
     limit = budget.max_request_bytes
     if (limit is not None and mandatory_bytes > limit) or (
