@@ -71,6 +71,16 @@ def test_linear_size_equals_the_real_body_byte_for_byte(
     decoded = json.loads(body)
     assert decoded["messages"] == [{"role": m.role, "content": m.content} for m in msgs]
     assert decoded["model"] == model and decoded["stream"] is stream
+    # byte for byte what the standard library writes for the same document
+    # (the encoder escapes strings without going through json.dumps)
+    document = {
+        "model": model,
+        "messages": [{"role": m.role, "content": m.content} for m in msgs],
+        "stream": stream,
+        **extra,
+    }
+    plain = json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    assert body == plain.encode()
 
 
 @settings(max_examples=500)

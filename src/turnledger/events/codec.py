@@ -245,14 +245,8 @@ class EventCodec:
     def encode(self, event: Event, *, session_id: str, seq: int, recorded_at: float) -> StoredEvent:
         """Wrap ``event`` in the envelope stores keep."""
         tag, version, payload = self.to_payload(event)
-        return StoredEvent(
-            session_id=session_id,
-            seq=seq,
-            tag=tag,
-            schema_version=version,
-            payload=payload,
-            recorded_at=recorded_at,
-        )
+        # (Positional: every turn encodes its events.)
+        return StoredEvent(session_id, seq, tag, version, payload, recorded_at)
 
     def decode(self, stored: StoredEvent) -> Event:
         """Rebuild the typed event inside a stored envelope."""

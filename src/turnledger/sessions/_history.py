@@ -144,19 +144,20 @@ class History(_Shared[Turn], Sequence[Turn]):
     def __repr__(self) -> str:
         return f"History({list(self)!r})"
 
-    def prefix(self, key: Hashable, turn_cost: Callable[[Turn], int]) -> list[int]:
-        """Running sums ``P`` with ``P[i] = sum(turn_cost(t) for t in self[:i])``.
+    def prefix(self, key: Hashable, values: Sequence[V], cost: Callable[[V], int]) -> list[int]:
+        """Running sums ``P`` with ``P[i] = sum(cost(values[j]) for j in 1..i)``,
+        over ``values`` aligned as :meth:`per_turn` returns them (the cost of
+        the first ``i`` turns).
 
-        Computed once per turn and encoder, then shared by every later view.
+        Computed once per turn and key, then shared by every later view.
         The returned list may be longer than ``len(self) + 1``; read only
         ``P[: len(self) + 1]``.
         """
         sums: list[int] | None = self._prefix.get(key)
         if sums is None:
             sums = self._prefix[key] = [0]
-        items = self._items
         while len(sums) <= self._n:
-            sums.append(sums[-1] + turn_cost(items[len(sums) - 1]))
+            sums.append(sums[-1] + cost(values[len(sums)]))
         return sums
 
     def per_turn(self, key: Hashable, fn: Callable[[Turn], V]) -> list[V]:

@@ -814,6 +814,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             f"{type(event).__name__} cannot follow state {type(state).__name__} "
             f"(version {state.version})"
         )
+    # (The row above holds exact types: an event is never a subclass here,
+    # so the branches below compare types.)
     version = state.version + 1
     base: dict[str, Any] = {
         "config": state.config,
@@ -829,10 +831,11 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     if isinstance(event, SessionStarted):
         if state.config is not None or state.version != 0:
             raise ReplayError("SessionStarted must be the first event, once")
-        return Idle(**{**base, "config": event})
+        base["config"] = event
+        return Idle(**base)
     if state.config is None:
         raise ReplayError(f"{type(event).__name__} before SessionStarted")
-    if isinstance(event, TurnSubmitted):
+    if type(event) is TurnSubmitted:
         if event.request_id in state.endings:
             raise ReplayError(f"request {event.request_id!r} submitted twice")
         req = InFlight(
@@ -843,23 +846,24 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             event.request_bytes,
             estimated_prompt_tokens=event.estimated_prompt_tokens,
         )
-        return Pending(**{**base, "last_request_id": event.request_id}, request=req)
-    if isinstance(event, TurnRejected):
+        base["last_request_id"] = event.request_id
+        return Pending(**base, request=req)
+    if type(event) is TurnRejected:
         if event.request_id in state.endings or event.request_id == current_request(state):
             raise ReplayError(f"request {event.request_id!r} rejected after it was seen")
         base["endings"] = state.endings.record(
             event.request_id, Ending("rejected", event.reason, event.detail)
         )
         return attrs.evolve(state, **base)
-    if isinstance(event, CompletionIgnored):
+    if type(event) is CompletionIgnored:
         return attrs.evolve(state, **base)
     assert isinstance(state, _IN_FLIGHT)
     _expect_current(state, event.request_id, event)
-    if isinstance(event, StreamStarted):
+    if type(event) is StreamStarted:
         return Streaming(**base, request=state.request)
     if isinstance(event, (ToolCallsRequested, ToolResultRecorded, ToolRoundSubmitted)):
         return _evolve_round(state, event, base)
-    if isinstance(event, TurnRetried):
+    if type(event) is TurnRetried:
         if state.request.attempt > 1:
             raise ReplayError(f"request {event.request_id!r} retried twice")
         req = attrs.evolve(
@@ -872,7 +876,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         )
         base["overflow_cap"] = _cap_after_overflow(state)
         return Pending(**base, request=req)
-    if isinstance(event, TurnCommitted):
+    if type(event) is TurnCommitted:
         n = len(state.turns)
         q = state.request.question
         turns = state.turns.append(Turn(event.request_id, q, event.answer, state.request.rounds))

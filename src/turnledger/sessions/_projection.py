@@ -227,28 +227,24 @@ def plan(
     sep = enc.separator_size
     mandatory_bytes = (
         enc.frame_size(model, len(mandatory))
-        + sum(enc.message_size(m) for m in mandatory)
+        + sum(map(enc.message_size, mandatory))
         + enc.tools_size(tools, tool_choice)
     )
     n = len(turns)
     available = n - context_start
+    # Each turn's messages are built once (and shared with build_messages),
+    # then measured once per encoder and per estimator.
+    by_turn = turns.per_turn(_MESSAGES, _frozen_turn_messages)
+    size = enc.message_size
 
-    def turn_cost(t: Turn) -> int:
-        if t.rounds:
-            return sum(enc.message_size(m) + sep for m in turn_messages(t))
-        return (
-            enc.message_size(ChatMessage("user", t.question))
-            + enc.message_size(ChatMessage("assistant", t.answer))
-            + 2 * sep
-        )
+    def turn_cost(messages: tuple[ChatMessage, ...]) -> int:
+        return sum(map(size, messages)) + sep * len(messages)
 
-    prefix = turns.prefix(enc.cache_key, turn_cost)
+    prefix = turns.prefix(enc.cache_key, by_turn, turn_cost)
     est = budget.estimator
     max_tokens = budget.max_prompt_tokens
     mandatory_tokens = (
-        est.request_tokens
-        + sum(est.message_tokens(m) for m in mandatory)
-        + tools_tokens(est, tools)
+        est.request_tokens + sum(map(est.message_tokens, mandatory)) + tools_tokens(est, tools)
     )
     limit = budget.max_request_bytes
     if (limit is not None and mandatory_bytes > limit) or (
@@ -257,7 +253,7 @@ def plan(
         return Plan(0, available, -1, mandatory_bytes, mandatory_tokens, -1)
     # The estimate is recorded with every request, capped or not (computed
     # once per turn and estimator, like the sizes).
-    tokens = turns.prefix(("tokens", est.cache_key), _turn_tokens(est))
+    tokens = turns.prefix(("tokens", est.cache_key), by_turn, _turn_tokens(est))
     # Sending turns[j:n] costs mandatory + prefix[n] - prefix[j]; the
     # smallest j >= context_start for which each cap holds is a binary
     # search, and a request must meet both caps.
@@ -278,9 +274,9 @@ def plan(
     )
 
 
-def _turn_tokens(est: TokenEstimator) -> Callable[[Turn], int]:
-    def turn_tokens(t: Turn) -> int:
-        return sum(est.message_tokens(m) for m in turn_messages(t))
+def _turn_tokens(est: TokenEstimator) -> Callable[[tuple[ChatMessage, ...]], int]:
+    def turn_tokens(messages: tuple[ChatMessage, ...]) -> int:
+        return sum(map(est.message_tokens, messages))
 
     return turn_tokens
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeAlias
+from json.encoder import encode_basestring
+from typing import Any, Final, Literal, Protocol, TypeAlias
 
 import attrs
 
@@ -89,7 +90,28 @@ class RequestEncoder(Protocol):
 
 
 def _dumps(value: Any) -> str:
+    if type(value) is str:
+        # What json.dumps does for a string with ensure_ascii=False, without
+        # building a JSONEncoder on every call.
+        return encode_basestring(value)
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _text_size(value: str) -> int:
+    """UTF-8 bytes of ``_dumps(value)`` for a string. A lone surrogate
+    raises ``UnicodeEncodeError`` exactly as measuring ``_dumps(value)``
+    would."""
+    quoted = encode_basestring(value)
+    return len(quoted) if quoted.isascii() else len(quoted.encode())
+
+
+#: '{"role":' + R + ',"content":' + '}' for each role.
+_PLAIN_FRAME: Final = {r: 20 + len(_dumps(r)) for r in ("system", "user", "assistant", "tool")}
+
+
+@functools.lru_cache(maxsize=256)
+def _model_size(model: str) -> int:
+    return _text_size(model)
 
 
 def _copy_mapping(m: Mapping[str, Any]) -> dict[str, Any]:
@@ -210,9 +232,12 @@ class JsonChatEncoder:
         if message.tool_calls or message.role == "tool":
             return len(self._message(message).encode())
         # '{"role":' + R + ',"content":' + C + '}'
-        return 20 + len(_dumps(message.role).encode()) + len(_dumps(message.content).encode())
+        frame = _PLAIN_FRAME.get(message.role)
+        if frame is None:
+            frame = 20 + _text_size(message.role)
+        return frame + _text_size(message.content)
 
     def frame_size(self, model: str, n_messages: int) -> int:
         # '{"model":' + M + ',"messages":[' + commas + suffix
-        prefix = 9 + len(_dumps(model).encode()) + 13
+        prefix = 9 + _model_size(model) + 13
         return prefix + max(n_messages - 1, 0) + len(self._suffix)

@@ -229,7 +229,9 @@ class _Run:
     async def play(self, step: Step, request: ChatRequest) -> Completion | None:
         # The step types are disjoint: the most frequent are tested first.
         if isinstance(step, Finish):
-            await self._begin()
+            if not self.begun:  # _begin(), inline: every scripted turn ends here
+                self.begun = True
+                await self.sink.started()
             answer = "".join(self.parts) if step.answer is None else step.answer
             return Completion(answer, step.finish_reason, step.usage)
         if isinstance(step, Begin):

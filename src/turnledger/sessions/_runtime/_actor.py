@@ -723,7 +723,9 @@ class Actor:
                         **{"from": t.before, "to": t.after},
                         **transition_fields(ev),
                     )
-                if isinstance(ev, TurnSubmitted):
+                # Events are never subclassed (the codec could not have
+                # written one): the exact type is compared, as the codec does.
+                if type(ev) is TurnSubmitted:
                     if isinstance(msg, Submit) and msg.request_id == ev.request_id:
                         cfg = rt.config
                         deadline = (
@@ -734,38 +736,38 @@ class Actor:
                         self._flight = _Flight(self, ev.request_id, deadline)
                         self._flight.tickets = waiting.get(ev.request_id, [])
                         rt.timers.add(self._flight)
-                elif isinstance(ev, ToolCallsRequested):
+                elif type(ev) is ToolCallsRequested:
                     flight = self._flight
                     if flight is not None and flight.request_id == ev.request_id:
                         flight.running = False
                         self._start_tools(flight, ev.calls)
-                elif isinstance(ev, ToolRoundSubmitted):
+                elif type(ev) is ToolRoundSubmitted:
                     flight = self._flight
                     if flight is not None and flight.request_id == ev.request_id:
                         flight.round = ev.round
                         flight.last_activity = trio.current_time()
                         rt.timers.add(flight)  # the idle clock runs again
-                elif isinstance(ev, TurnRetried):
+                elif type(ev) is TurnRetried:
                     flight = self._flight
                     if flight is not None and flight.request_id == ev.request_id:
                         # The same turn goes out again, with the smaller
                         # projection: a new request task (in a scope of its own).
                         flight.running = False
-                elif isinstance(ev, TurnCommitted):
+                elif type(ev) is TurnCommitted:
                     self._turn_ended(
                         ev.request_id,
                         CommittedResult(ev.request_id, ev.answer, ev.finish_reason, ev.usage),
                     )
-                elif isinstance(ev, TurnDiscarded):
+                elif type(ev) is TurnDiscarded:
                     self._turn_ended(
                         ev.request_id,
                         DiscardedResult(ev.request_id, ev.reason, ev.detail, ev.preview_chars),
                     )
-                elif isinstance(ev, TurnRejected):
+                elif type(ev) is TurnRejected:
                     self._resolve(
                         ev.request_id, RejectedResult(ev.request_id, ev.reason, ev.detail)
                     )
-                elif isinstance(ev, CompletionIgnored):
+                elif type(ev) is CompletionIgnored:
                     ended = self._ended.get(ev.request_id) if self._ended else None
                     self._msg_log().info(
                         "late_completion",
