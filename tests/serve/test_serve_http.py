@@ -275,13 +275,23 @@ def test_with_a_token_every_route_requires_it(provider: LoopbackServer, tmp_path
     assert con.execute("select count(*) from events where tag='turn_submitted'").fetchone() == (1,)
 
 
-def test_binding_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--host", "0.0.0.0"), b"requires a token"),  # beyond loopback, no token
+        (("--max-starting", "-1"), b"--max-starting"),
+        (("--start-hold", "0"), b"--start-hold"),
+    ],
+)
+def test_bad_serve_options_are_refused_before_anything_is_created(
+    tmp_path: Path, options: tuple[str, ...], message: bytes
+) -> None:
     import subprocess
 
-    cmd = serve_command(str(tmp_path / "x.db"), "http://127.0.0.1:9/v1", "--host", "0.0.0.0")
+    cmd = serve_command(str(tmp_path / "x.db"), "http://127.0.0.1:9/v1", *options)
     done = subprocess.run(cmd, capture_output=True, timeout=60)
     assert done.returncode == 2
-    assert b"requires a token" in done.stderr
+    assert message in done.stderr
     assert not (tmp_path / "x.db").exists()
 
 
@@ -442,13 +452,3 @@ def test_a_turn_gives_its_slot_back_after_start_hold(
         assert events[-1]["data"]["answer"] == answer_for("hi")
         assert waited < 30
         c.post("/v1/sessions/hold-a/turns/a1/cancel")
-
-
-def test_a_negative_max_starting_is_refused(tmp_path: Path) -> None:
-    import subprocess
-
-    cmd = serve_command(str(tmp_path / "x.db"), "http://127.0.0.1:9/v1", "--max-starting", "-1")
-    done = subprocess.run(cmd, capture_output=True, timeout=60)
-    assert done.returncode == 2
-    assert b"--max-starting" in done.stderr
-    assert not (tmp_path / "x.db").exists()
