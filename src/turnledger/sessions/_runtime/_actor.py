@@ -9,9 +9,9 @@ messages it runs the pure core, writes first and acts after::
     effects                                (start or cancel a request, tell callers)
 
 Batching. A turn is several messages (Submit, ResponseStarted, Completed).
-After the first message the actor takes whatever else is already queued
-(``receive_nowait``), decides them one after another against the provisional
-state, and appends all their events in one store call. This is safe because
+The actor takes whatever is queued when it wakes (its ``_mailbox.Mailbox``
+hands over a whole batch at once), decides the messages one after another
+against the provisional state, and appends all their events in one store call. This is safe because
 effects run only after the append, in event order, and only the final state
 matters for them: a turn submitted and cancelled in one batch never goes out.
 
@@ -43,7 +43,7 @@ import logging
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
 import attrs
 import structlog
@@ -95,6 +95,7 @@ from .._results import CommittedResult, DiscardedResult, RejectedResult, TurnRes
 from .._tools import Tool, ToolError, ToolInvocation, result_text
 from ._context import Runtime
 from ._log import get_logger, is_enabled, message_fields, transition_fields
+from ._mailbox import Mailbox
 from ._tickets import Ticket
 
 __all__ = ["Actor", "Item"]
@@ -109,11 +110,8 @@ MAX_CONFLICTS: Final = 5
 REMEMBER_ENDED: Final = 32
 
 
-#: What a mailbox carries. A message of None is a poke: wake up and look at
-#: the actor's flags (the hub is closing, or this session has been idle long enough).
-Item: TypeAlias = tuple["Message | None", Ticket | None]
-_Msg: TypeAlias = tuple[Message, Ticket | None]
-_POKE: Final[Item] = (None, None)
+#: What a mailbox carries: a message, and the caller's ticket for a Submit.
+Item: TypeAlias = tuple[Message, Ticket | None]
 
 
 class _Flight:
@@ -234,12 +232,12 @@ class _Flight:
         if self.ended or self.timed_out:
             return
         try:
-            self.actor.tx.send_nowait((Timeout(self.request_id, detail), None))
+            self.actor.mailbox.send_nowait((Timeout(self.request_id, detail), None))
         except trio.WouldBlock:
             # The actor is busy with a full mailbox; it looks at the clock
             # itself before it waits again.
             return
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except trio.BrokenResourceError:
             return
         self.timed_out = True
 
@@ -327,24 +325,23 @@ class Actor:
         "_info",
         "_log",
         "_received_at",
-        "_rx",
         "_start",
         "_stop",
         "_unsynced",
         "_waiting",
         "idle_since",
+        "mailbox",
         "rt",
         "senders",
         "session_id",
         "state",
-        "tx",
     )
 
     def __init__(self, rt: Runtime, session_id: str, start: Start) -> None:
         self.rt = rt
         self.session_id = session_id
         self._start = start
-        self.tx, self._rx = trio.open_memory_channel[Item](rt.config.mailbox_size)
+        self.mailbox: Mailbox[Item] = Mailbox(rt.config.mailbox_size)
         #: Callers between looking this actor up and handing it a message.
         self.senders = 0
         self.state: SessionState = initial_state()
@@ -353,7 +350,7 @@ class Actor:
         self._waiting: dict[RequestId, list[Ticket]] = {}
         #: When recent turns ended (trio clock), to time late completions.
         self._ended: dict[RequestId, float] | None = None
-        self._batch: Sequence[_Msg] = ()
+        self._batch: Sequence[Item] = ()
         self._received_at = 0.0
         self._log = _logger.bind(session_id=session_id)
         # Whether the logger passes these levels (fixed once bound): when it
@@ -382,11 +379,10 @@ class Actor:
         self.poke()
 
     def poke(self) -> None:
-        """Wake the actor if it waits for its mailbox (a full one is not idle)."""
-        with contextlib.suppress(
-            trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
-        ):
-            self.tx.send_nowait(_POKE)
+        """Wake the actor to look at its flags (the hub is closing, or it has
+        been idle long enough) if it waits for its mailbox, or make it look
+        before its next wait."""
+        self.mailbox.poke()
 
     async def report(self, msg: Message) -> None:
         """Send a message from one of this actor's own tasks.
@@ -399,11 +395,11 @@ class Actor:
         # If the actor has stopped, nobody is waiting for this any more.
         # (try/except rather than contextlib.suppress: this runs twice a turn.)
         try:
-            self.tx.send_nowait(item)
+            self.mailbox.send_nowait(item)
         except trio.WouldBlock:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.tx.send(item)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            with contextlib.suppress(trio.BrokenResourceError):
+                await self.mailbox.send(item)
+        except trio.BrokenResourceError:
             pass
 
     # -- life --------------------------------------------------------------
@@ -467,71 +463,56 @@ class Actor:
 
     async def _loop(self) -> str:
         config = self.rt.config
-        rx = self._rx
+        mailbox = self.mailbox
         idle = config.idle_timeout
         self.idle_since = trio.current_time()
         while True:
             if self._stop:
                 return "hub_closed"
             flight = self._flight
-            batch: list[Item] = []
-            if flight is None:
-                # At rest: a plain wait, no cancel scope and no timer (the
-                # hub's janitor pokes actors idle for too long).
-                batch.append(await rx.receive())
-                self._drain(batch, MAX_BATCH)
+            # At rest, and in flight too, a plain wait: no cancel scope and
+            # no timer. The hub's janitor pokes actors idle for too long; its
+            # timers send a turn's Timeout into the mailbox when it expires,
+            # and if they could not (a full mailbox), the clock is read here.
+            detail = (
+                None
+                if flight is None or flight.timed_out
+                else flight.expired(trio.current_time(), idle)
+            )
+            if flight is None or detail is None:
+                batch = await mailbox.receive(MAX_BATCH)
             else:
-                # In flight: also a plain wait. The hub's timers send the
-                # turn's Timeout into the mailbox when it expires; if they
-                # could not (a full mailbox), the clock is read here.
-                detail = None if flight.timed_out else flight.expired(trio.current_time(), idle)
-                if detail is None:
-                    batch.append(await rx.receive())
-                    self._drain(batch, MAX_BATCH)
-                else:
-                    # Whatever is queued arrived before the timer fired.
-                    flight.timed_out = True
-                    self._drain(batch, rx.statistics().current_buffer_used)
-                    batch.append((Timeout(flight.request_id, detail), None))
-            # Pokes (None) only wake the actor; the items are kept as they came.
-            messages = cast("list[_Msg]", [item for item in batch if item[0] is not None])
-            if messages:
-                await self._handle(messages)
+                # Whatever is queued arrived before the timer fired.
+                flight.timed_out = True
+                batch = mailbox.receive_nowait(len(mailbox))
+                batch.append((Timeout(flight.request_id, detail), None))
+            if batch:
+                await self._handle(batch)
                 self.idle_since = trio.current_time() if self._flight is None else None
             elif (
                 self._flight is None
                 and not self._stop
                 and self.senders == 0
-                and rx.statistics().current_buffer_used == 0
+                and not len(mailbox)
                 and self._idle_for() >= (config.passivate_after or math.inf)
             ):
                 # Poked while idle. No await between this check and
                 # _shutdown closing the mailbox: nobody can slip a message in.
                 return "passivated"
 
-    def _drain(self, batch: list[Item], limit: int) -> None:
-        rx = self._rx
-        while len(batch) < limit:
-            try:
-                batch.append(rx.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return
-
     async def _shutdown(
         self, why: str, error: Exception | None, *, registered: bool, acquired: bool
     ) -> None:
         rt = self.rt
         sid = self.session_id
-        queued: list[_Msg] = []
+        queued: list[Item] = []
         if registered:
             # Synchronously: stop routing, take what is queued, refuse the
             # rest. Blocked and later senders get BrokenResourceError and
             # retry with a new actor, which waits until we are stopped.
             rt.routing.stopping(self)
-            items: list[Item] = []
-            self._drain(items, sys.maxsize)
-            queued = [(m, t) for m, t in items if m is not None]
-        self._rx.close()
+            queued = self.mailbox.receive_nowait(sys.maxsize)
+        self.mailbox.close()
         interrupted, self._batch = self._batch, ()
         try:
             if registered and error is None:
@@ -544,7 +525,7 @@ class Actor:
                         if isinstance(msg, Submit) and ticket is not None and not ticket.done:
                             self._adopt(msg.request_id, ticket)
                     # Results already queued still count; new questions do not.
-                    rest: list[_Msg] = [(m, None) for m, _ in queued if not isinstance(m, Submit)]
+                    rest: list[Item] = [(m, None) for m, _ in queued if not isinstance(m, Submit)]
                     if rest:
                         await self._handle(rest)
                     if is_in_flight(self.state):
@@ -594,7 +575,7 @@ class Actor:
 
     # -- one batch ---------------------------------------------------------
 
-    async def _handle(self, batch: Sequence[_Msg]) -> None:
+    async def _handle(self, batch: Sequence[Item]) -> None:
         self.rt.counters.messages += len(batch)
         self._batch = batch
         self._received_at = trio.current_time()
@@ -626,7 +607,7 @@ class Actor:
         )
 
     def _decide(
-        self, batch: Sequence[_Msg], *, log: bool
+        self, batch: Sequence[Item], *, log: bool
     ) -> tuple[list[_Step], list[Event], SessionState]:
         budget = self.rt.budget
         flight = self._flight
