@@ -125,6 +125,7 @@ class _Flight:
         "deadline",
         "ended",
         "last_activity",
+        "missed",
         "request_id",
         "round",
         "running",
@@ -153,6 +154,9 @@ class _Flight:
         self.ended = False
         #: Its Timeout is on its way to the mailbox (or in the batch).
         self.timed_out = False
+        #: Its timer found it expired but the mailbox full: the actor reads
+        #: the clock itself before it waits again.
+        self.missed = False
 
     def open_scope(self) -> trio.CancelScope:
         """A cancel scope for one of the turn's tasks, cancelled with the turn
@@ -240,6 +244,7 @@ class _Flight:
         except trio.WouldBlock:
             # The actor is busy with a full mailbox; it looks at the clock
             # itself before it waits again.
+            self.missed = True
             return
         except trio.BrokenResourceError:
             return
@@ -473,9 +478,9 @@ class Actor:
             # timers send a turn's Timeout into the mailbox when it expires,
             # and if they could not (a full mailbox), the clock is read here.
             detail = (
-                None
-                if flight is None or flight.timed_out
-                else flight.expired(trio.current_time(), idle)
+                flight.expired(trio.current_time(), idle)
+                if flight is not None and flight.missed and not flight.timed_out
+                else None
             )
             if flight is None or detail is None:
                 batch = await mailbox.receive(MAX_BATCH)
