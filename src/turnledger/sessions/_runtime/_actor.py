@@ -9,9 +9,9 @@ messages it runs the pure core, writes first and acts after::
     effects                                (start or cancel a request, tell callers)
 
 Batching. A turn is several messages (Submit, ResponseStarted, Completed).
-After the first message the actor takes whatever else is already queued
-(``receive_nowait``), decides them one after another against the provisional
-state, and appends all their events in one store call. This is safe because
+The actor takes whatever is queued when it wakes (its ``_mailbox.Mailbox``
+hands over a whole batch at once), decides the messages one after another
+against the provisional state, and appends all their events in one store call. This is safe because
 effects run only after the append, in event order, and only the final state
 matters for them: a turn submitted and cancelled in one batch never goes out.
 
@@ -43,7 +43,7 @@ import logging
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
 import attrs
 import structlog
@@ -56,6 +56,7 @@ from ...events import (
     CompletionIgnored,
     Event,
     RequestId,
+    StoredEvent,
     ToolCall,
     ToolCallsRequested,
     ToolRoundSubmitted,
@@ -94,7 +95,8 @@ from .._ports import ChatRequest
 from .._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult, result_of
 from .._tools import Tool, ToolError, ToolInvocation, result_text
 from ._context import Runtime
-from ._log import get_logger, is_enabled, message_fields, transition_fields
+from ._log import bind_request_id, get_logger, is_enabled, message_fields, transition_fields
+from ._mailbox import Mailbox
 from ._tickets import Ticket
 
 __all__ = ["Actor", "Item"]
@@ -109,11 +111,8 @@ MAX_CONFLICTS: Final = 5
 REMEMBER_ENDED: Final = 32
 
 
-#: What a mailbox carries. A message of None is a poke: wake up and look at
-#: the actor's flags (the hub is closing, or this session has been idle long enough).
-Item: TypeAlias = tuple["Message | None", Ticket | None]
-_Msg: TypeAlias = tuple[Message, Ticket | None]
-_POKE: Final[Item] = (None, None)
+#: What a mailbox carries: a message, and the caller's ticket for a Submit.
+Item: TypeAlias = tuple[Message, Ticket | None]
 
 
 class _Flight:
@@ -126,6 +125,7 @@ class _Flight:
         "deadline",
         "ended",
         "last_activity",
+        "missed",
         "request_id",
         "round",
         "running",
@@ -135,7 +135,7 @@ class _Flight:
         "tools_running",
     )
 
-    def __init__(self, actor: Actor, request_id: RequestId, deadline: float) -> None:
+    def __init__(self, actor: Actor, request_id: RequestId, deadline: float, now: float) -> None:
         self.actor = actor
         self.request_id = request_id
         self._log: Any = None
@@ -148,12 +148,15 @@ class _Flight:
         self.tools_running = 0
         self.chars = 0
         self.deadline = deadline
-        self.last_activity = trio.current_time()
+        self.last_activity = now
         #: Its request task was started / has returned.
         self.running = False
         self.ended = False
         #: Its Timeout is on its way to the mailbox (or in the batch).
         self.timed_out = False
+        #: Its timer found it expired but the mailbox full: the actor reads
+        #: the clock itself before it waits again.
+        self.missed = False
 
     def open_scope(self) -> trio.CancelScope:
         """A cancel scope for one of the turn's tasks, cancelled with the turn
@@ -188,7 +191,10 @@ class _Flight:
     async def started(self) -> None:
         """Report that the server accepted the request (one mailbox message)."""
         self.last_activity = trio.current_time()
-        await self.actor.report(ResponseStarted(self.request_id, self.round))
+        item: Item = (ResponseStarted(self.request_id, self.round), None)
+        # report() without its coroutine while the mailbox has room (every turn).
+        if not self.actor.offer(item):
+            await self.actor.report_blocking(item)
 
     async def delta(self, text: str) -> None:
         """Hand ``text`` to the turn's previews.
@@ -234,12 +240,13 @@ class _Flight:
         if self.ended or self.timed_out:
             return
         try:
-            self.actor.tx.send_nowait((Timeout(self.request_id, detail), None))
+            self.actor.mailbox.send_nowait((Timeout(self.request_id, detail), None))
         except trio.WouldBlock:
             # The actor is busy with a full mailbox; it looks at the clock
             # itself before it waits again.
+            self.missed = True
             return
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except trio.BrokenResourceError:
             return
         self.timed_out = True
 
@@ -268,31 +275,14 @@ def transition(state: SessionState, event: Event) -> Transition:
     return Transition(event, type(state).__name__, evolve(state, event))
 
 
-class _Step:
-    """One decided message of a batch (``message`` is None for events read
-    back from the store), its events and the state after them.
-
-    ``transitions`` (each event with the states around it) are kept only when
-    the ``transition`` lines are logged: a batch otherwise folds its events
-    without a record per event. A plain slotted class, not attrs: one is
-    built for every message, and it is never changed after.
-    """
-
-    __slots__ = ("events", "message", "state", "ticket", "transitions")
-
-    def __init__(
-        self,
-        message: Message | None,
-        ticket: Ticket | None,
-        events: Sequence[Event],
-        state: SessionState,
-        transitions: Sequence[Transition] = (),
-    ) -> None:
-        self.message = message
-        self.ticket = ticket
-        self.events = events
-        self.state = state
-        self.transitions = transitions
+#: One decided message of a batch (the message is None for events read back
+#: from the store): ``(message, ticket, events, state after them,
+#: transitions)``. The transitions (each event with the states around it) are
+#: kept only when the ``transition`` lines are logged, else ``()``. A plain
+#: tuple: one is built for every message, and it is never changed after.
+_Step: TypeAlias = tuple[
+    "Message | None", "Ticket | None", Sequence[Event], SessionState, Sequence[Transition]
+]
 
 
 def _fold(
@@ -310,10 +300,10 @@ def _fold(
             step = transition(state, ev)
             transitions.append(step)
             state = step.state
-        return _Step(message, ticket, events, state, transitions)
+        return (message, ticket, events, state, transitions)
     for ev in events:
         state = evolve(state, ev)
-    return _Step(message, ticket, events, state)
+    return (message, ticket, events, state, ())
 
 
 class Actor:
@@ -327,24 +317,23 @@ class Actor:
         "_info",
         "_log",
         "_received_at",
-        "_rx",
         "_start",
         "_stop",
         "_unsynced",
         "_waiting",
         "idle_since",
+        "mailbox",
         "rt",
         "senders",
         "session_id",
         "state",
-        "tx",
     )
 
     def __init__(self, rt: Runtime, session_id: str, start: Start) -> None:
         self.rt = rt
         self.session_id = session_id
         self._start = start
-        self.tx, self._rx = trio.open_memory_channel[Item](rt.config.mailbox_size)
+        self.mailbox: Mailbox[Item] = Mailbox(rt.config.mailbox_size)
         #: Callers between looking this actor up and handing it a message.
         self.senders = 0
         self.state: SessionState = initial_state()
@@ -353,7 +342,7 @@ class Actor:
         self._waiting: dict[RequestId, list[Ticket]] = {}
         #: When recent turns ended (trio clock), to time late completions.
         self._ended: dict[RequestId, float] | None = None
-        self._batch: Sequence[_Msg] = ()
+        self._batch: Sequence[Item] = ()
         self._received_at = 0.0
         self._log = _logger.bind(session_id=session_id)
         # Whether the logger passes these levels (fixed once bound): when it
@@ -382,11 +371,10 @@ class Actor:
         self.poke()
 
     def poke(self) -> None:
-        """Wake the actor if it waits for its mailbox (a full one is not idle)."""
-        with contextlib.suppress(
-            trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
-        ):
-            self.tx.send_nowait(_POKE)
+        """Wake the actor to look at its flags (the hub is closing, or it has
+        been idle long enough) if it waits for its mailbox, or make it look
+        before its next wait."""
+        self.mailbox.poke()
 
     async def report(self, msg: Message) -> None:
         """Send a message from one of this actor's own tasks.
@@ -395,16 +383,27 @@ class Actor:
         ``started()`` and its result usually reach the actor in one batch
         (one store append).
         """
-        item = (msg, None)
+        item: Item = (msg, None)
+        if not self.offer(item):
+            await self.report_blocking(item)
+
+    def offer(self, item: Item) -> bool:
+        """:meth:`report` if the mailbox has room (False if it has none); not
+        a checkpoint."""
         # If the actor has stopped, nobody is waiting for this any more.
         # (try/except rather than contextlib.suppress: this runs twice a turn.)
         try:
-            self.tx.send_nowait(item)
+            self.mailbox.send_nowait(item)
         except trio.WouldBlock:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.tx.send(item)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        except trio.BrokenResourceError:
             pass
+        return True
+
+    async def report_blocking(self, item: Item) -> None:
+        """:meth:`report` once the mailbox was found full: wait for room."""
+        with contextlib.suppress(trio.BrokenResourceError):
+            await self.mailbox.send(item)
 
     # -- life --------------------------------------------------------------
 
@@ -467,71 +466,56 @@ class Actor:
 
     async def _loop(self) -> str:
         config = self.rt.config
-        rx = self._rx
+        mailbox = self.mailbox
         idle = config.idle_timeout
         self.idle_since = trio.current_time()
         while True:
             if self._stop:
                 return "hub_closed"
             flight = self._flight
-            batch: list[Item] = []
-            if flight is None:
-                # At rest: a plain wait, no cancel scope and no timer (the
-                # hub's janitor pokes actors idle for too long).
-                batch.append(await rx.receive())
-                self._drain(batch, MAX_BATCH)
+            # At rest, and in flight too, a plain wait: no cancel scope and
+            # no timer. The hub's janitor pokes actors idle for too long; its
+            # timers send a turn's Timeout into the mailbox when it expires,
+            # and if they could not (a full mailbox), the clock is read here.
+            detail = (
+                flight.expired(trio.current_time(), idle)
+                if flight is not None and flight.missed and not flight.timed_out
+                else None
+            )
+            if flight is None or detail is None:
+                batch = await mailbox.receive(MAX_BATCH)
             else:
-                # In flight: also a plain wait. The hub's timers send the
-                # turn's Timeout into the mailbox when it expires; if they
-                # could not (a full mailbox), the clock is read here.
-                detail = None if flight.timed_out else flight.expired(trio.current_time(), idle)
-                if detail is None:
-                    batch.append(await rx.receive())
-                    self._drain(batch, MAX_BATCH)
-                else:
-                    # Whatever is queued arrived before the timer fired.
-                    flight.timed_out = True
-                    self._drain(batch, rx.statistics().current_buffer_used)
-                    batch.append((Timeout(flight.request_id, detail), None))
-            # Pokes (None) only wake the actor; the items are kept as they came.
-            messages = cast("list[_Msg]", [item for item in batch if item[0] is not None])
-            if messages:
-                await self._handle(messages)
-                self.idle_since = trio.current_time() if self._flight is None else None
+                # Whatever is queued arrived before the timer fired.
+                flight.timed_out = True
+                batch = mailbox.receive_nowait(len(mailbox))
+                batch.append((Timeout(flight.request_id, detail), None))
+            if batch:
+                done = await self._handle(batch)
+                self.idle_since = done if self._flight is None else None
             elif (
                 self._flight is None
                 and not self._stop
                 and self.senders == 0
-                and rx.statistics().current_buffer_used == 0
+                and not len(mailbox)
                 and self._idle_for() >= (config.passivate_after or math.inf)
             ):
                 # Poked while idle. No await between this check and
                 # _shutdown closing the mailbox: nobody can slip a message in.
                 return "passivated"
 
-    def _drain(self, batch: list[Item], limit: int) -> None:
-        rx = self._rx
-        while len(batch) < limit:
-            try:
-                batch.append(rx.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return
-
     async def _shutdown(
         self, why: str, error: Exception | None, *, registered: bool, acquired: bool
     ) -> None:
         rt = self.rt
         sid = self.session_id
-        queued: list[_Msg] = []
+        queued: list[Item] = []
         if registered:
             # Synchronously: stop routing, take what is queued, refuse the
             # rest. Blocked and later senders get BrokenResourceError and
             # retry with a new actor, which waits until we are stopped.
             rt.routing.stopping(self)
-            items: list[Item] = []
-            self._drain(items, sys.maxsize)
-            queued = [(m, t) for m, t in items if m is not None]
-        self._rx.close()
+            queued = self.mailbox.receive_nowait(sys.maxsize)
+        self.mailbox.close()
         interrupted, self._batch = self._batch, ()
         try:
             if registered and error is None:
@@ -544,7 +528,7 @@ class Actor:
                         if isinstance(msg, Submit) and ticket is not None and not ticket.done:
                             self._adopt(msg.request_id, ticket)
                     # Results already queued still count; new questions do not.
-                    rest: list[_Msg] = [(m, None) for m, _ in queued if not isinstance(m, Submit)]
+                    rest: list[Item] = [(m, None) for m, _ in queued if not isinstance(m, Submit)]
                     if rest:
                         await self._handle(rest)
                     if is_in_flight(self.state):
@@ -594,10 +578,14 @@ class Actor:
 
     # -- one batch ---------------------------------------------------------
 
-    async def _handle(self, batch: Sequence[_Msg]) -> None:
-        self.rt.counters.messages += len(batch)
+    async def _handle(self, batch: Sequence[Item]) -> float:
+        """Decide, record and act on ``batch``; returns when it was done (trio clock)."""
+        rt = self.rt
+        rt.counters.messages += len(batch)
         self._batch = batch
-        self._received_at = trio.current_time()
+        if self._info:
+            # Only the late_completion line (info) tells it.
+            self._received_at = trio.current_time()
         conflicted = False
         for attempt in range(MAX_CONFLICTS + 1):
             try:
@@ -606,7 +594,15 @@ class Actor:
                     if conflicted:
                         await self._discard_conflicted()
                 steps, events, state = self._decide(batch, log=attempt == 0)
-                await self._append(events)
+                if events:
+                    # The store's append awaited here rather than in a method
+                    # of its own: one coroutine less per batch.
+                    await rt.store.append(
+                        self.session_id,
+                        self._encode(events),
+                        expected_version=self.state.version,
+                    )
+                    self._appended(len(events))
             except ConcurrencyConflict as exc:
                 self._log.warning(
                     "append_conflict",
@@ -618,15 +614,16 @@ class Actor:
                 continue
             self.state = state
             self._batch = ()
-            self._effects(steps)
-            return
+            now = trio.current_time()
+            self._effects(steps, now)
+            return now
         raise StoreError(
             f"session {self.session_id!r}: {MAX_CONFLICTS + 1} conflicting appends in a row; "
             "another writer is active"
         )
 
     def _decide(
-        self, batch: Sequence[_Msg], *, log: bool
+        self, batch: Sequence[Item], *, log: bool
     ) -> tuple[list[_Step], list[Event], SessionState]:
         budget = self.rt.budget
         flight = self._flight
@@ -644,28 +641,40 @@ class Actor:
                 else 0
             )
             decided = decide(state, msg, budget=budget, preview_chars=preview)
-            step = _fold(state, decided, msg, ticket, log=info)
-            state = step.state
-            steps.append(step)
-            events.extend(decided)
+            if info:
+                step = _fold(state, decided, msg, ticket, log=True)
+                state = step[3]
+                steps.append(step)
+            else:
+                # _fold(), inline: this runs for every message.
+                for ev in decided:
+                    state = evolve(state, ev)
+                steps.append((msg, ticket, decided, state, ()))
+            events += decided
         return steps, events, state
 
-    async def _append(self, events: Sequence[Event]) -> None:
-        if not events:
-            return
-        rt = self.rt
-        version = self.state.version
-        now = rt.config.clock()
-        stored = [
-            DEFAULT_CODEC.encode(ev, session_id=self.session_id, seq=version + i, recorded_at=now)
-            for i, ev in enumerate(events, start=1)
-        ]
+    def _encode(self, events: Sequence[Event]) -> list[StoredEvent]:
+        """The stored envelopes of ``events``, to append after this state's
+        version; from now on the store may hold what this state has not seen."""
+        encode = DEFAULT_CODEC.encode
+        sid = self.session_id
+        seq = self.state.version
+        now = self.rt.config.clock()
+        stored = []
+        # (A loop rather than a comprehension: in this Python a comprehension
+        # is a function object and a frame more, for every batch.)
+        for ev in events:
+            seq += 1
+            stored.append(encode(ev, session_id=sid, seq=seq, recorded_at=now))
         # A cancelled append wrote all or nothing: whoever goes on must re-read.
         self._unsynced = True
-        await rt.store.append(self.session_id, stored, expected_version=version)
+        return stored
+
+    def _appended(self, count: int) -> None:
         self._unsynced = False
-        rt.counters.appends += 1
-        rt.counters.events += len(stored)
+        counters = self.rt.counters
+        counters.appends += 1
+        counters.events += count
 
     async def _reload(self) -> None:
         """Catch up with the store: fold and act on the events this state has not seen."""
@@ -673,10 +682,10 @@ class Actor:
             self.session_id, DEFAULT_CODEC, after=self.state.version
         )
         step = _fold(self.state, events, None, None, log=self._info)
-        self.state = step.state
+        self.state = step[3]
         self._unsynced = False
         if events:
-            self._effects([step])
+            self._effects([step], trio.current_time())
 
     async def _discard_conflicted(self) -> None:
         # Our turn is still in flight, but the stream moved under it: this
@@ -693,19 +702,22 @@ class Actor:
             flight.chars,
         )
         step = _fold(self.state, (ev,), None, None, log=self._info)
-        await self._append([ev])
-        self.state = step.state
-        self._effects([step])
+        await self.rt.store.append(
+            self.session_id, self._encode((ev,)), expected_version=self.state.version
+        )
+        self._appended(1)
+        self.state = step[3]
+        self._effects([step], trio.current_time())
 
     # -- effects -----------------------------------------------------------
 
-    def _effects(self, steps: Sequence[_Step]) -> None:
+    def _effects(self, steps: Sequence[_Step], now: float) -> None:
+        """Act on the steps of a batch once recorded; ``now`` is the trio clock."""
         rt = self.rt
         waiting = self._waiting
         received = self._received_at
-        for step in steps:
-            msg, ticket, after = step.message, step.ticket, step.state
-            if isinstance(msg, Submit) and ticket is not None:
+        for msg, ticket, events, after, logged in steps:
+            if ticket is not None and isinstance(msg, Submit):
                 known = waiting.get(msg.request_id)
                 if known is None:
                     waiting[msg.request_id] = [ticket]
@@ -713,8 +725,7 @@ class Actor:
                     # A retry while the turn is in flight: same preview so far.
                     ticket.chunks.extend(known[0].chunks)
                     known.append(ticket)
-            logged = step.transitions
-            for i, ev in enumerate(step.events):
+            for i, ev in enumerate(events):
                 if logged:
                     t = logged[i]
                     self._msg_log().info(
@@ -729,11 +740,9 @@ class Actor:
                     if isinstance(msg, Submit) and msg.request_id == ev.request_id:
                         cfg = rt.config
                         deadline = (
-                            trio.current_time() + cfg.turn_deadline
-                            if cfg.turn_deadline is not None
-                            else math.inf
+                            now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
                         )
-                        self._flight = _Flight(self, ev.request_id, deadline)
+                        self._flight = _Flight(self, ev.request_id, deadline, now)
                         self._flight.tickets = waiting.get(ev.request_id, [])
                         rt.timers.add(self._flight)
                 elif type(ev) is ToolCallsRequested:
@@ -745,7 +754,7 @@ class Actor:
                     flight = self._flight
                     if flight is not None and flight.request_id == ev.request_id:
                         flight.round = ev.round
-                        flight.last_activity = trio.current_time()
+                        flight.last_activity = now
                         rt.timers.add(flight)  # the idle clock runs again
                 elif type(ev) is TurnRetried:
                     flight = self._flight
@@ -757,11 +766,13 @@ class Actor:
                     self._turn_ended(
                         ev.request_id,
                         CommittedResult(ev.request_id, ev.answer, ev.finish_reason, ev.usage),
+                        now,
                     )
                 elif type(ev) is TurnDiscarded:
                     self._turn_ended(
                         ev.request_id,
                         DiscardedResult(ev.request_id, ev.reason, ev.detail, ev.preview_chars),
+                        now,
                     )
                 elif type(ev) is TurnRejected:
                     self._resolve(
@@ -776,7 +787,7 @@ class Actor:
                         delay_s=None if ended is None else max(received - ended, 0.0),
                         in_flight=current_request(after),
                     )
-            if isinstance(msg, Submit) and not step.events and ticket is not None:
+            if not events and ticket is not None and isinstance(msg, Submit):
                 # A request id seen before: a client retry, never recorded twice.
                 ending = ending_of(after, msg.request_id)
                 if ending is not None and ending.kind != "in_flight":
@@ -809,7 +820,7 @@ class Actor:
         for ticket in self._waiting.pop(request_id, ()):
             ticket.resolve(result)
 
-    def _turn_ended(self, request_id: RequestId, result: TurnResult) -> None:
+    def _turn_ended(self, request_id: RequestId, result: TurnResult, now: float) -> None:
         self._resolve(request_id, result)
         flight = self._flight
         if flight is not None and flight.request_id == request_id:
@@ -820,14 +831,14 @@ class Actor:
             ended = self._ended = {}
         elif len(ended) >= REMEMBER_ENDED:
             del ended[next(iter(ended))]
-        ended[request_id] = trio.current_time()
+        ended[request_id] = now
 
     # -- the request task --------------------------------------------------
 
     async def _request(self, flight: _Flight, request: ChatRequest) -> None:
         rt = self.rt
         rid = flight.request_id
-        structlog.contextvars.bind_contextvars(request_id=rid)
+        bind_request_id(rid)
         rt.counters.request_tasks += 1
         scope = flight.open_scope()
         try:
@@ -858,8 +869,11 @@ class Actor:
                 # turn was discarded meanwhile (a provider that cannot be
                 # interrupted, such as a blocking SDK in a worker thread):
                 # report() does not yield when the mailbox has room, so the
-                # late result is recorded as CompletionIgnored.
-                await self.report(msg)
+                # late result is recorded as CompletionIgnored. (report()
+                # without its coroutine while there is room: every turn.)
+                item: Item = (msg, None)
+                if not self.offer(item):
+                    await self.report_blocking(item)
         finally:
             flight.close_scope(scope)
             rt.counters.request_tasks -= 1
@@ -868,7 +882,7 @@ class Actor:
 
     async def _tool(self, flight: _Flight, call: ToolCall, tool: Tool | None) -> None:
         rid = flight.request_id
-        structlog.contextvars.bind_contextvars(request_id=rid)
+        bind_request_id(rid)
         started = trio.current_time()
         scope = flight.open_scope()
         try:

@@ -289,7 +289,7 @@ class Hub:
             if actor is None:
                 actor = await self._actor(session_id, start)
             try:
-                actor.tx.send_nowait(item)
+                actor.mailbox.send_nowait(item)
                 return actor
             except trio.WouldBlock:
                 pass
@@ -299,7 +299,7 @@ class Hub:
             # the actor cannot passivate under a message on its way.
             actor.senders += 1
             try:
-                await actor.tx.send(item)
+                await actor.mailbox.send(item)
                 return actor
             except trio.BrokenResourceError:
                 continue  # it stopped before taking the message: not delivered
