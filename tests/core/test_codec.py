@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import attrs
 import pytest
@@ -22,12 +23,15 @@ from turnledger.events import (
     RequestId,
     SessionStarted,
     StoredEvent,
+    StreamStarted,
     ToolCallsRequested,
+    ToolSpec,
     TurnDiscarded,
     TurnSubmitted,
     Window,
 )
-from turnledger.events._structurers import structurer, structurers
+from turnledger.events._envelope import envelope
+from turnledger.events._structurers import structurer, structurers, unstructurer
 from turnledger.events.codec import UPCASTERS
 from turnledger.testing import sample_events
 
@@ -268,6 +272,113 @@ def test_structurers_build_through_the_constructor() -> None:
         with pytest.raises(TypeError, match=f"^{field}$"):
             structurer(cls)
     assert structurers({"d": Derived, "c": Checked, "k": KeywordOnly}).keys() == {"c"}
+
+
+# --- encoding: generated unstructurers -------------------------------------
+
+
+def _ordered(value: Any) -> Any:
+    """``value`` with the order of every dict's keys, and every type, visible."""
+    if isinstance(value, dict):
+        return (type(value), [(k, _ordered(v)) for k, v in value.items()])
+    if isinstance(value, list | tuple):
+        return (type(value), [_ordered(v) for v in value])
+    return (type(value), value)
+
+
+def _of(tp: Any) -> st.SearchStrategy[Any]:
+    """Values of ``tp``; attrs classes built field by field from their hints."""
+    if tp is ToolSpec:  # (its validators want a name and a JSON Schema)
+        return st.builds(
+            ToolSpec,
+            st.from_regex(r"[a-z_-]{1,8}", fullmatch=True),
+            st.text(),
+            st.sampled_from(['{"type":"object"}', '{"type":"object","properties":{}}']),
+        )
+    if attrs.has(tp):
+        hints = get_type_hints(tp)
+        return st.builds(tp, **{f.name: _of(hints[f.name]) for f in attrs.fields(tp)})
+    args = get_args(tp)
+    if get_origin(tp) is tuple:
+        return st.lists(_of(args[0]), max_size=3).map(tuple)
+    if get_origin(tp) in (Union, UnionType):
+        return st.one_of(*map(_of, args))
+    if tp is int:  # (counts, sizes, limits: the validators want them >= 1)
+        return st.integers(1, 2**70)
+    return st.from_type(tp)
+
+
+_any_event = st.one_of(
+    *map(_of, WIRE_TAGS),  # every field drawn from its type
+    st.sampled_from(sample_events()),
+)
+
+
+@settings(max_examples=300)
+@hgiven(_any_event)
+def test_generated_unstructurers_give_what_cattrs_gives(event: Any) -> None:
+    # The same keys in the same order and the same values of the same types:
+    # the JSON text a store writes does not change.
+    tag, version, payload = DEFAULT_CODEC.to_payload(event)
+    assert (tag, version) == (WIRE_TAGS[type(event)], SCHEMA_VERSIONS[tag])
+    assert _ordered(payload) == _ordered(DEFAULT_CODEC._converter.unstructure(event))
+    stored = DEFAULT_CODEC.encode(event, session_id="s", seq=3, recorded_at=1.5)
+    assert _ordered(stored.payload) == _ordered(payload)
+    assert DEFAULT_CODEC.decode(stored) == event
+
+
+@attrs.frozen
+class _Inner:
+    a: int
+    b: str | None = None
+
+
+@attrs.frozen
+class _Outer:
+    inner: _Inner
+    maybe: _Inner | None
+    many: tuple[_Inner, ...]
+    policy: Ledger | Window
+
+
+def test_unstructurers_leave_odd_fields_to_the_converter() -> None:
+    # Nested classes, optional ones, tuples of them into lists, and a field of
+    # any other kind (here a tagged union) through the converter's own hook.
+    seen: list[Any] = []
+
+    def fallback(tp: Any) -> Any:
+        seen.append(tp)
+        return DEFAULT_CODEC._converter.get_unstructure_hook(tp)
+
+    unstructure = unstructurer(_Outer, fallback)
+    assert seen == [Ledger | Window]
+    value = _Outer(_Inner(1), None, (_Inner(2, "x"), _Inner(3)), Window(4))
+    assert _ordered(unstructure(value)) == _ordered(DEFAULT_CODEC._converter.unstructure(value))
+    assert unstructure(value)["many"] == [{"a": 2, "b": "x"}, {"a": 3, "b": None}]
+
+
+def test_encoding_needs_the_tags_version() -> None:
+    codec = EventCodec(versions={"stream_started": 1})
+    assert codec.to_payload(StreamStarted(RequestId("r")))[1] == 1
+    with pytest.raises(KeyError, match="turn_submitted"):
+        codec.to_payload(TurnSubmitted(RequestId("r"), "q", 0, 0, 10))
+
+
+def test_the_envelope_built_through_its_slots_is_the_constructors() -> None:
+    # envelope() skips StoredEvent.__init__: only sound while that does
+    # nothing but store its arguments.
+    for field in attrs.fields(StoredEvent):
+        assert field.validator is None and field.converter is None, field.name
+    assert not hasattr(StoredEvent, "__attrs_post_init__")
+    assert not hasattr(StoredEvent, "__attrs_pre_init__")
+    payload = {"a": 1}
+    for args in (("s", 1, "t", 2, payload, 3.5), ("s", 1, "t", 2, payload, 3.5, 9)):
+        built, made = envelope(*args), StoredEvent(*args)
+        assert type(built) is StoredEvent
+        assert attrs.astuple(built, recurse=False) == attrs.astuple(made, recurse=False)
+        assert (built == made, repr(built)) == (True, repr(made))
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            built.seq = 2  # type: ignore[misc]
 
 
 # --- decoding straight from JSON text (the stores' replay path) ------------

@@ -5,11 +5,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from turnledger import StoreError
 from turnledger.adapters.stores.memory import json_copy
-from turnledger.events import EventStore
+from turnledger.events import EventStore, StoredEvent
 from turnledger.events._exact_json import loads_exact
 from turnledger.testing import EventStoreContract, MemoryStore
 
@@ -97,3 +99,43 @@ def test_the_payload_copy_shares_no_container_and_refuses_what_json_refuses() ->
     for _ in range(100):
         deep = [deep]
     assert json_copy(deep) == deep
+    # A dict takes its own path from the top: its nesting is counted too.
+    deep_dict: Any = 1
+    for _ in range(100):
+        deep_dict = {"k": deep_dict}
+    assert _same(json_copy(deep_dict), _round_trip(deep_dict))
+
+
+@given(st.lists(_values, min_size=1, max_size=3), st.booleans())
+def test_an_append_keeps_the_round_trip_of_each_payload_or_refuses_the_batch(
+    payloads: list[Any], first: bool
+) -> None:
+    # Batches of one take a path of their own; each batch is all or nothing.
+    async def main() -> None:
+        store = MemoryStore()
+        version = 0
+        if not first:
+            version = await store.append("s", [StoredEvent("s", 1, "t", 1, {}, 0.0)], 0)
+        batch = [
+            StoredEvent("s", version + k, "tag", 2, p, 5.0) for k, p in enumerate(payloads, start=1)
+        ]
+        expected = [_outcome(_round_trip, p) for p in payloads]
+        refused = [e for e in expected if e[0] != "ok"]
+        if refused:
+            with pytest.raises(StoreError, match="not JSON-able"):
+                await store.append("s", batch, version)
+            assert len(await store.read("s")) == version
+            assert len(await store.read_all()) == version
+            return
+        assert await store.append("s", batch, version) == version + len(batch)
+        held = (await store.read("s"))[version:]
+        assert held == await store.read_all(version)
+        assert [(e.session_id, e.seq, e.position) for e in held] == [
+            ("s", version + k, version + k) for k in range(1, len(batch) + 1)
+        ]
+        for got, sent, (_ok, want) in zip(held, batch, expected, strict=True):
+            assert (got.tag, got.schema_version, got.recorded_at) == ("tag", 2, 5.0)
+            assert _same(got.payload, want)
+            assert got.payload is not sent.payload or not isinstance(want, dict | list)
+
+    trio.run(main)

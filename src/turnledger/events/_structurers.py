@@ -1,4 +1,5 @@
-"""Generated strict structurers: the codec's path for current-version payloads.
+"""Generated strict structurers (the codec's path for current-version
+payloads) and generated unstructurers (its path for every event it encodes).
 
 For an attrs class this writes a function (as attrs writes ``__init__``) that
 takes exactly a dict with the class's required keys, any of its optional
@@ -27,10 +28,19 @@ from typing import Any, Literal, TypeAlias, Union, get_args, get_origin, get_typ
 
 import attrs
 
-__all__ = ["Declined", "Structurer", "structurer", "structurers"]
+__all__ = [
+    "Declined",
+    "Structurer",
+    "Unstructurer",
+    "structurer",
+    "structurers",
+    "unstructurer",
+]
 
 #: A generated structurer: a payload in, an instance out, or an exception.
 Structurer: TypeAlias = Callable[[Any], Any]
+#: A generated unstructurer: an instance in, its JSON-able dict out.
+Unstructurer: TypeAlias = Callable[[Any], dict[str, Any]]
 
 
 class Declined(Exception):
@@ -147,3 +157,73 @@ def structurers(classes: Mapping[str, type[Any]]) -> dict[str, Structurer]:
         except TypeError:
             continue  # the cattrs path structures it
     return out
+
+
+def _leaf(tp: Any) -> bool:
+    """True for the types cattrs unstructures as they are (the value itself)."""
+    if tp in (str, int, bool, float, type(None)) or get_origin(tp) is Literal:
+        return True
+    if getattr(tp, "__supertype__", None) is not None:
+        return _leaf(tp.__supertype__)  # a NewType
+    if get_origin(tp) in (Union, UnionType):
+        return all(_leaf(a) for a in get_args(tp))
+    return False
+
+
+def unstructurer(cls: type[Any], fallback: Callable[[Any], Callable[[Any], Any]]) -> Unstructurer:
+    """Generate the unstructurer of the attrs class ``cls``: the dict cattrs'
+    generated hook gives (the same keys in the same order, the same values),
+    written as one dict display.
+
+    Why: the converter's ``unstructure`` dispatches on the class, then the
+    hook calls a hook per optional field, and a tuple field builds a list
+    through a generator. Every turn encodes about three events, and each
+    allocation on that path also feeds the cyclic collector.
+
+    Leaf values (strings, integers, booleans, literals, ``None`` and unions
+    of them) are taken as they are, as cattrs does; nested attrs classes (or
+    ``None``) through their own generated unstructurer; tuples of them into
+    lists; any other field (the tagged policy union) through
+    ``fallback(type)``, the converter's own hook for that type.
+    """
+    hints = get_type_hints(cls)
+    env: dict[str, Any] = {}
+    pre: list[str] = []
+    items: list[str] = []
+    for k, f in enumerate(attrs.fields(cls)):
+        tp = hints[f.name]
+        get = f"i.{f.name}"
+        if _leaf(tp):
+            items.append(f"{f.name!r}: {get}")
+            continue
+        args = get_args(tp)
+        origin = get_origin(tp)
+        sub = f"_u{k}"
+        if attrs.has(tp):
+            env[sub] = unstructurer(tp, fallback)
+            value = f"{sub}({get})"
+        elif (
+            origin in (Union, UnionType)
+            and len(args) == 2
+            and attrs.has(args[0])
+            and args[1] is type(None)
+        ):
+            env[sub] = unstructurer(args[0], fallback)
+            pre.append(f"v{k} = {get}")
+            value = f"None if v{k} is None else {sub}(v{k})"
+        elif origin is tuple and len(args) == 2 and args[1] is Ellipsis and attrs.has(args[0]):
+            env[sub] = unstructurer(args[0], fallback)
+            pre.append(f"v{k} = {get}")
+            value = f"[{sub}(x) for x in v{k}] if v{k} else []"
+        else:
+            env[sub] = fallback(tp)
+            value = f"{sub}({get})"
+        items.append(f"{f.name!r}: {value}")
+    lines = [
+        "def unstructure(i):",
+        *(f"    {line}" for line in pre),
+        f"    return {{{', '.join(items)}}}",
+    ]
+    exec("\n".join(lines), env)  # generated from our own class definitions only
+    unstructure: Unstructurer = env["unstructure"]
+    return unstructure

@@ -13,14 +13,14 @@ half-built event. Strings are never coerced into numbers or back.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, NoReturn, TypeAlias
 
 import attrs
 import cattrs
 from cattrs.strategies import configure_tagged_union
 
 from .._errors import CodecError, UnknownEventTag
-from ._envelope import StoredEvent
+from ._envelope import StoredEvent, envelope
 from ._events import (
     CompletionIgnored,
     Event,
@@ -41,7 +41,7 @@ from ._events import (
 from ._exact_json import fast_loads as _fast_loads
 from ._exact_json import loads_exact
 from ._store import PayloadNotJSON
-from ._structurers import Declined, Structurer, structurers
+from ._structurers import Declined, Structurer, Unstructurer, structurers, unstructurer
 
 __all__ = [
     "DEFAULT_CODEC",
@@ -191,19 +191,38 @@ class EventCodec:
     # tag -> (its current version, its structurer).
     _current: dict[str, tuple[int, Structurer]] = attrs.field(init=False)
 
+    # Generated unstructurers, one per event class: what cattrs' hooks give,
+    # without their dispatch (see ``unstructurer``). Class -> (its tag, its
+    # current version, its unstructurer).
+    _encoders: dict[type[Any], tuple[str, int, Unstructurer]] = attrs.field(init=False)
+
     @_current.default
     def _current_default(self) -> dict[str, tuple[int, Structurer]]:
         fast = structurers(_CLASSES)
         return {t: (self.versions[t], f) for t, f in fast.items() if t in self.versions}
 
+    @_encoders.default
+    def _encoders_default(self) -> dict[type[Any], tuple[str, int, Unstructurer]]:
+        hook = self._converter.get_unstructure_hook
+        return {
+            cls: (tag, self.versions[tag], unstructurer(cls, hook))
+            for cls, tag in WIRE_TAGS.items()
+            if tag in self.versions
+        }
+
     def to_payload(self, event: Event) -> tuple[str, int, Payload]:
         """Return the wire tag, schema version and JSON-able payload of ``event``."""
-        try:
-            tag = WIRE_TAGS[type(event)]
-        except KeyError:
-            raise CodecError(f"not an event: {type(event).__name__}") from None
-        payload: Payload = self._converter.unstructure(event)
-        return tag, self.versions[tag], payload
+        entry = self._encoders.get(type(event))
+        if entry is None:
+            self._refuse(event)
+        tag, version, unstructure = entry
+        return tag, version, unstructure(event)
+
+    def _refuse(self, event: object) -> NoReturn:
+        if type(event) in WIRE_TAGS:
+            # A tag without a version in ``versions`` (as the cattrs path did).
+            raise KeyError(WIRE_TAGS[type(event)])
+        raise CodecError(f"not an event: {type(event).__name__}")
 
     def from_payload(self, tag: str, schema_version: int, payload: Mapping[str, Any]) -> Event:
         """Rebuild a typed event, upcasting old payloads first.
@@ -244,9 +263,11 @@ class EventCodec:
 
     def encode(self, event: Event, *, session_id: str, seq: int, recorded_at: float) -> StoredEvent:
         """Wrap ``event`` in the envelope stores keep."""
-        tag, version, payload = self.to_payload(event)
-        # (Positional: every turn encodes its events.)
-        return StoredEvent(session_id, seq, tag, version, payload, recorded_at)
+        # (to_payload inlined, and positional: every turn encodes its events.)
+        entry = self._encoders.get(type(event))
+        if entry is None:
+            self._refuse(event)
+        return envelope(session_id, seq, entry[0], entry[1], entry[2](event), recorded_at)
 
     def decode(self, stored: StoredEvent) -> Event:
         """Rebuild the typed event inside a stored envelope."""

@@ -185,7 +185,6 @@ class ScriptedProvider:
         rid = request.request_id
         self.requests.append(request)
         self.open += 1
-        run = _Run(sink)
         try:
             await trio.lowlevel.checkpoint()
             if self._steered:
@@ -193,17 +192,29 @@ class ScriptedProvider:
                 steps: Iterable[Step] | AsyncIterable[Step] = self._channels[rid][1]
             else:
                 steps = self._script(request)
-            # (A list or tuple first: cheaper than the ABC's instance check.)
-            if not isinstance(steps, (list, tuple)) and isinstance(steps, AsyncIterable):
-                async for step in steps:
+            if type(steps) is list or type(steps) is tuple:
+                # The usual script, walked here as ``for`` would walk it but
+                # without an iterator, and without a _Run (what the steps so
+                # far did) until a step other than a Finish: an instant
+                # answer needs none.
+                run: _Run | None = None
+                i = 0
+                while i < len(steps):
+                    step = steps[i]
+                    i += 1
+                    if isinstance(step, Finish):
+                        if run is None or not run.begun:
+                            await sink.started()
+                        return _answer(step, run)
+                    if run is None:
+                        run = _Run(sink)
                     done = await run.play(step, request)
                     if done is not None:
                         return done
             else:
-                for step in steps:
-                    done = await run.play(step, request)
-                    if done is not None:
-                        return done
+                done = await _Run(sink).play_all(steps, request)
+                if done is not None:
+                    return done
             raise ProviderError("the script ended without a result", reason="incomplete_stream")
         except trio.Cancelled:
             self.cancelled.append(rid)
@@ -213,7 +224,17 @@ class ScriptedProvider:
             self.closed.append(rid)
 
 
+def _answer(step: Finish, run: _Run | None) -> Completion:
+    answer = step.answer
+    if answer is None:  # by default, the chunks sent so far
+        answer = "" if run is None else "".join(run.parts)
+    return Completion(answer, step.finish_reason, step.usage)
+
+
 class _Run:
+    """What the steps of one request did so far: whether it began, and the
+    chunks it sent."""
+
     __slots__ = ("begun", "parts", "sink")
 
     def __init__(self, sink: StreamSink) -> None:
@@ -226,14 +247,27 @@ class _Run:
             self.begun = True
             await self.sink.started()
 
+    async def play_all(
+        self, steps: Iterable[Step] | AsyncIterable[Step], request: ChatRequest
+    ) -> Completion | None:
+        """Play ``steps`` (not a list or tuple) until one ends the request."""
+        if not isinstance(steps, (list, tuple)) and isinstance(steps, AsyncIterable):
+            async for step in steps:
+                done = await self.play(step, request)
+                if done is not None:
+                    return done
+        else:
+            for step in steps:
+                done = await self.play(step, request)
+                if done is not None:
+                    return done
+        return None
+
     async def play(self, step: Step, request: ChatRequest) -> Completion | None:
         # The step types are disjoint: the most frequent are tested first.
         if isinstance(step, Finish):
-            if not self.begun:  # _begin(), inline: every scripted turn ends here
-                self.begun = True
-                await self.sink.started()
-            answer = "".join(self.parts) if step.answer is None else step.answer
-            return Completion(answer, step.finish_reason, step.usage)
+            await self._begin()
+            return _answer(step, self)
         if isinstance(step, Begin):
             await self._begin()
         elif isinstance(step, Chunk):

@@ -40,15 +40,22 @@ def check_batch(session_id: str, events: Sequence[StoredEvent], expected_version
     (shared by every store)."""
     if not isinstance(session_id, str) or not session_id:
         raise ValueError("a session id must be a non-empty string")
-    try:
-        session_id.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("a session id must be valid Unicode text") from None
-    for i, ev in enumerate(events, start=expected_version + 1):
+    if not session_id.isascii():  # (ASCII is UTF-8: no bytes to build)
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a session id must be valid Unicode text") from None
+    # Walked by index: every append of every store checks its batch here,
+    # and an index makes no iterator for the cyclic collector.
+    i = 0
+    n = len(events)
+    while i < n:
+        ev = events[i]
+        i += 1
         if ev.session_id != session_id:
             raise ValueError(f"event for {ev.session_id!r} in a batch for {session_id!r}")
-        if ev.seq != i:
-            raise ValueError(f"event seq {ev.seq} where {i} was expected")
+        if ev.seq != expected_version + i:
+            raise ValueError(f"event seq {ev.seq} where {expected_version + i} was expected")
 
 
 class HeldEvents(ABC):

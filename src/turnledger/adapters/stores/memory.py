@@ -11,6 +11,7 @@ import trio
 
 from ..._errors import ConcurrencyConflict, StoreError
 from ...events import StoredEvent
+from ...events._envelope import envelope
 
 # Re-exported for the PostgreSQL store until it imports it from ._common.
 from ._common import HeldEvents, check_batch
@@ -44,7 +45,8 @@ def json_copy(payload: Any) -> Any:
     converts it or raises ``TypeError``/``ValueError`` exactly as before.
     """
     try:
-        return _plain(payload, 0)
+        # (A dict first: every payload the codec writes is one.)
+        return _plain_dict(payload, 0) if type(payload) is dict else _plain(payload, 0)
     except _NotPlain:
         return _loads(_dumps(payload))
 
@@ -65,19 +67,32 @@ def _plain(value: Any, depth: int) -> Any:
     if depth >= _MAX_DEPTH:
         raise _NotPlain
     if t is dict:
-        out = {}
-        for k, v in value.items():
-            if type(k) is not str:
-                raise _NotPlain
-            tv = type(v)
-            if tv is str or tv is bool or v is None or (tv is int and -_BIG < v < _BIG):
-                out[k] = v  # the usual field: no call
-            else:
-                out[k] = _plain(v, depth + 1)
-        return out
+        return _plain_dict(value, depth)
     if t is list:
         return [_plain(v, depth + 1) for v in value]
     raise _NotPlain
+
+
+def _plain_dict(value: dict[Any, Any], depth: int) -> dict[str, Any]:
+    out = {}
+    for k, v in value.items():
+        if type(k) is not str:
+            raise _NotPlain
+        tv = type(v)
+        if tv is str or tv is bool or v is None or (tv is int and -_BIG < v < _BIG):
+            out[k] = v  # the usual field: no call
+        else:
+            out[k] = _plain(v, depth + 1)
+    return out
+
+
+def _held(session_id: str, ev: StoredEvent, seq: int, position: int) -> StoredEvent:
+    """The envelope the store keeps for ``ev``: a JSON copy of its payload."""
+    try:
+        payload = json_copy(ev.payload)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"payload is not JSON-able: {exc}") from exc
+    return envelope(session_id, seq, ev.tag, ev.schema_version, payload, ev.recorded_at, position)
 
 
 class MemoryStore(HeldEvents):
@@ -99,38 +114,44 @@ class MemoryStore(HeldEvents):
         self, session_id: str, events: Sequence[StoredEvent], expected_version: int
     ) -> int:
         await trio.lowlevel.checkpoint()
-        self._check_open()
+        if self._closed:
+            raise StoreError("the store is closed")
         if not events:
             return expected_version
         check_batch(session_id, events, expected_version)
-        stream = self._streams.get(session_id, [])
-        if len(stream) != expected_version:
-            raise ConcurrencyConflict(session_id, expected_version, len(stream))
+        stream = self._streams.get(session_id)
+        if (0 if stream is None else len(stream)) != expected_version:
+            raise ConcurrencyConflict(session_id, expected_version, len(stream or ()))
         # One JSON copy per payload (the round trip through the standard
         # library's writer and the exact reader, or its plain equivalent)
-        # and one new envelope per event, built directly.
-        position = len(self._feed)
+        # and one new envelope per event, built directly; all of them before
+        # any is kept. Every event passed check_batch: its session id and
+        # seq are the ones given. (Walked by index, and a batch of one, the
+        # most common, without a list of its own: each object not made is
+        # one the cyclic collector does not count.)
+        feed = self._feed
+        position = len(feed)
+        n = len(events)
+        if n == 1:
+            held = _held(session_id, events[0], expected_version + 1, position + 1)
+            if stream is None:
+                self._streams[session_id] = [held]
+            else:
+                stream.append(held)
+            feed.append(held)
+            return expected_version + 1
         stored: list[StoredEvent] = []
-        for ev in events:
-            try:
-                payload = json_copy(ev.payload)
-            except (TypeError, ValueError) as exc:
-                raise StoreError(f"payload is not JSON-able: {exc}") from exc
-            position += 1
-            stored.append(
-                StoredEvent(
-                    ev.session_id,
-                    ev.seq,
-                    ev.tag,
-                    ev.schema_version,
-                    payload,
-                    ev.recorded_at,
-                    position,
-                )
-            )
-        self._streams.setdefault(session_id, stream).extend(stored)
-        self._feed.extend(stored)
-        return expected_version + len(events)
+        i = 0
+        while i < n:
+            ev = events[i]
+            i += 1
+            stored.append(_held(session_id, ev, expected_version + i, position + i))
+        if stream is None:
+            self._streams[session_id] = stored
+        else:
+            stream += stored
+        feed += stored
+        return expected_version + n
 
     async def acquire(self, session_id: str) -> None:
         await trio.lowlevel.checkpoint()

@@ -189,7 +189,8 @@ class TurnHandle:
         if ticket.done:
             await trio.lowlevel.checkpoint()
         while not ticket.done:
-            await ticket.wait()
+            # ticket.wait(), without its coroutine: one per turn.
+            await trio.lowlevel.wait_task_rescheduled(ticket.park())
         if ticket.result is None:
             assert ticket.error is not None
             raise SessionClosed(str(ticket.error)) from ticket.error.__cause__
