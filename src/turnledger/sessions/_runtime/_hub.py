@@ -57,7 +57,8 @@ class HubStatistics:
 
     #: Actor tasks alive (running, starting or stopping).
     actors: int
-    #: Request tasks alive (including cancelled ones still unwinding).
+    #: Requests running (including cancelled ones still unwinding); a
+    #: session's request task parks between its requests and is not counted.
     requests: int
     #: Sessions with a turn in flight.
     in_flight: int
