@@ -9,6 +9,7 @@ from trio.testing import wait_all_tasks_blocked
 
 from turnledger.events import CompletionIgnored, RequestId, TurnCommitted, TurnDiscarded
 from turnledger.sessions import CommittedResult, DiscardedResult, open_hub
+from turnledger.sessions._runtime._actor import KEEP_REQUEST_TASK
 from turnledger.testing import Begin, Finish, Hang, Hook, ScriptedProvider, Step
 
 from ._helpers import HookedStore, events_of
@@ -130,3 +131,22 @@ async def test_a_passivated_session_leaves_no_request_task(
         assert (await (await hub.submit("s", "again")).outcome()).kind == "committed"
         await wait_all_tasks_blocked()
         assert len(request_tasks()) == 1
+
+
+async def test_an_idle_session_lets_its_request_task_go(
+    store: HookedStore, autojump_clock: Any
+) -> None:
+    # Without passivation too: the janitor still sweeps for request tasks.
+    async with open_hub(store, ScriptedProvider.instant(), model="m", passivate_after=None) as hub:
+        assert (await (await hub.submit("s", "q1")).outcome()).kind == "committed"
+        await wait_all_tasks_blocked()
+        [first] = request_tasks()
+        await trio.sleep(KEEP_REQUEST_TASK / 2)
+        assert request_tasks() == [first]  # not idle long enough yet
+        await trio.sleep(KEEP_REQUEST_TASK)
+        assert request_tasks() == []
+        assert hub.statistics().actors == 1  # the actor stays
+        result = await (await hub.submit("s", "q2")).outcome()
+        await wait_all_tasks_blocked()
+        [second] = request_tasks()
+    assert result.kind == "committed" and second is not first

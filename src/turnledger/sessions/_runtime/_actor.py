@@ -100,7 +100,7 @@ from ._log import bind_request_id, get_logger, is_enabled, message_fields, trans
 from ._mailbox import Mailbox
 from ._tickets import Ticket
 
-__all__ = ["Actor", "Item"]
+__all__ = ["KEEP_REQUEST_TASK", "Actor", "Item"]
 
 _logger = get_logger()
 
@@ -110,6 +110,9 @@ MAX_BATCH: Final = 64
 MAX_CONFLICTS: Final = 5
 #: How many ended turns the actor remembers (for the delay of late completions).
 REMEMBER_ENDED: Final = 32
+#: Seconds an actor stays idle before the hub's janitor lets its request task
+#: go (about 2.1 KB; the next turn starts a new one, which costs microseconds).
+KEEP_REQUEST_TASK: Final = 30.0
 
 
 #: What a mailbox carries: a message, and the caller's ticket for a Submit.
@@ -269,7 +272,7 @@ class _Worker:
     cancellation, a result still waiting for room in the mailbox) is never
     waited for: the actor starts a new worker, and the old one stops once it
     returns (:meth:`Actor._work`). :meth:`stop` ends a parked worker when
-    its actor stops.
+    its actor stops, or has been idle for ``KEEP_REQUEST_TASK`` seconds.
     """
 
     __slots__ = ("_job", "_parked", "scope")
@@ -432,6 +435,14 @@ class Actor:
         self._stop = True
         self.poke()
 
+    def retire_request_task(self) -> None:
+        """Let the request task go (the session is idle): it stops where it
+        waits for the next request, and the next turn starts a new one."""
+        worker = self._worker
+        if worker is not None and self._flight is None:
+            self._worker = None
+            worker.stop()
+
     def poke(self) -> None:
         """Wake the actor to look at its flags (the hub is closing, or it has
         been idle long enough) if it waits for its mailbox, or make it look
@@ -554,6 +565,9 @@ class Actor:
             if batch:
                 done = await self._handle(batch)
                 self.idle_since = done if self._flight is None else None
+                # Waiting, the actor holds no message it has handled (the
+                # last answer, say) for however long the session stays idle.
+                del batch
             elif (
                 self._flight is None
                 and not self._stop
@@ -908,12 +922,16 @@ class Actor:
 
     async def _work(self, worker: _Worker, flight: _Flight, request: ChatRequest) -> None:
         """The worker's task: run ``request``, then each request it is given."""
+        job: tuple[_Flight, ChatRequest] | None = (flight, request)
+        # Parked, it holds neither its last turn nor that request's messages.
+        del flight, request
         with worker.scope:
-            while True:
-                await self._request(flight, request, worker.scope)
+            while job is not None:
+                await self._request(job[0], job[1], worker.scope)
+                job = None
                 if self._worker is not worker:
                     return  # replaced while its request ran
-                flight, request = await worker.next_job()
+                job = await worker.next_job()
 
     async def _request(
         self, flight: _Flight, request: ChatRequest, scope: trio.CancelScope
