@@ -287,7 +287,7 @@ def main() -> None:
         f"   ratio {idle / bare:4.2f}x"
     )
     print(
-        f"  the same after one turn (history, request task) {after_turn / 1024:7.2f} KB"
+        f"  the same after one turn of each             {after_turn / 1024:7.2f} KB"
         f"   ratio {after_turn / bare:4.2f}x\n"
     )
 
