@@ -5,7 +5,8 @@
 Prints medians of several runs and the ratios that matter:
 
 - memory per idle session actor (10,000 sessions, tracemalloc) against a bare
-  trio task waiting on a memory channel of the same size;
+  trio task waiting on a memory channel of the same size, before any turn
+  and after one (its history, and the request task it keeps between turns);
 - turns per second through 1,000 concurrent sessions, instant provider,
   MemoryStore, logs filtered out (as a service at level WARNING would run);
   the same with every log line rendered to JSON (into /dev/null);
@@ -126,7 +127,10 @@ def bare_task_bytes(n: int) -> float:
         tracemalloc.stop()
 
 
-def idle_actor_bytes(n: int, passivate_after: float | None) -> float:
+def idle_actor_bytes(n: int, passivate_after: float | None, *, turns: int = 0) -> float:
+    """Bytes per idle session actor; with ``turns``, after that many turns
+    each (its history, and the request task it keeps between turns)."""
+
     async def main() -> float:
         store = MemoryStore()
         for i in range(n):
@@ -140,7 +144,10 @@ def idle_actor_bytes(n: int, passivate_after: float | None) -> float:
             await trio.testing.wait_all_tasks_blocked()
             before = _traced()
             for i in range(n):
-                await hub.open_session(f"session-{i:05}")
+                sid = f"session-{i:05}"
+                await hub.open_session(sid)
+                for t in range(turns):
+                    await (await hub.submit(sid, f"q{t}")).outcome()
             await trio.testing.wait_all_tasks_blocked()
             per = (_traced() - before) / n
             assert hub.statistics().actors == n
@@ -274,9 +281,14 @@ def main() -> None:
     idle = median_of(runs, lambda: idle_actor_bytes(idle_n, 300.0))
     print(f"memory per idle session ({idle_n:,} sessions, mailbox {MAILBOX}, no turns yet)")
     print(f"  bare trio task waiting on a memory channel  {bare / 1024:7.2f} KB")
+    after_turn = median_of(runs, lambda: idle_actor_bytes(idle_n, 300.0, turns=1))
     print(
         f"  session actor, state and mailbox            {idle / 1024:7.2f} KB"
-        f"   ratio {idle / bare:4.2f}x\n"
+        f"   ratio {idle / bare:4.2f}x"
+    )
+    print(
+        f"  the same after one turn of each             {after_turn / 1024:7.2f} KB"
+        f"   ratio {after_turn / bare:4.2f}x\n"
     )
 
     total = sessions * turns

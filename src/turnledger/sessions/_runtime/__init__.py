@@ -10,12 +10,15 @@ Modules:
 
 - ``_hub``: :func:`open_hub`, :class:`Hub`, :class:`TurnHandle`; the only
   owner of which actors exist, which are starting and which are stopping.
-- ``_actor``: one session's task: mailbox, batches, write-then-evolve, effects,
-  the request task of the turn in flight.
+- ``_actor``: one session's task: mailbox, batches, write-then-evolve, effects;
+  its request task (kept between turns) and the tool tasks of a turn.
+- ``_mailbox``: an actor's mailbox (a bounded deque handing over batches).
 - ``_context``: :class:`Runtime`, the one immutable object an actor gets from
   its hub (store, provider, config, budget, counters, nursery, timers).
 - ``_timers``: the deadline and idle timers of every turn in flight (one
   task and one heap per hub, instead of a cancel scope per wait).
+- ``_window``: which context window a new session gets (asked of the
+  provider once per model).
 - ``_tickets``: what a caller holds for one Submit (preview and result).
 - ``_log``: the log vocabulary (event and field names) and the field builders.
 """

@@ -25,9 +25,10 @@ before it waits again and takes the messages already queued, then the
 Timeout. The idle clock restarts on ``started()`` and on every delta; the
 provider's task only writes a timestamp, it never wakes the actor.
 
-Request tasks run in the hub's nursery, each inside its own cancel scope, and
-never touch state: they send ``ResponseStarted`` / ``Completed`` / ``Failed``
-with their request id and round. Tool tasks (one per call of a round, run
+Requests run in the hub's nursery, in a request task of the actor's
+(:class:`_Worker`) that parks between turns and is woken with the next
+request, and never touch state: they send ``ResponseStarted`` /
+``Completed`` / ``Failed`` with their request id and round. Tool tasks (one per call of a round, run
 concurrently once ``ToolCallsRequested`` is recorded) are the same: each
 sends its ``ToolDone``; the turn's end cancels them all, and a result that
 comes anyway is recorded as ignored. While tools run, the idle timer waits
@@ -99,7 +100,7 @@ from ._log import bind_request_id, get_logger, is_enabled, message_fields, trans
 from ._mailbox import Mailbox
 from ._tickets import Ticket
 
-__all__ = ["Actor", "Item"]
+__all__ = ["KEEP_REQUEST_TASK", "Actor", "Item"]
 
 _logger = get_logger()
 
@@ -109,6 +110,9 @@ MAX_BATCH: Final = 64
 MAX_CONFLICTS: Final = 5
 #: How many ended turns the actor remembers (for the delay of late completions).
 REMEMBER_ENDED: Final = 32
+#: Seconds an actor stays idle before the hub's janitor lets its request task
+#: go (about 2.1 KB; the next turn starts a new one, which costs microseconds).
+KEEP_REQUEST_TASK: Final = 30.0
 
 
 #: What a mailbox carries: a message, and the caller's ticket for a Submit.
@@ -158,15 +162,13 @@ class _Flight:
         #: the clock itself before it waits again.
         self.missed = False
 
-    def open_scope(self) -> trio.CancelScope:
-        """A cancel scope for one of the turn's tasks, cancelled with the turn
-        (at once if the turn already ended). The task enters it, and calls
-        :meth:`close_scope` once it has left it."""
-        scope = trio.CancelScope()
+    def hold(self, scope: trio.CancelScope) -> None:
+        """Cancel ``scope`` with the turn (at once if the turn already ended):
+        the scope of one of the turn's tasks, which calls :meth:`close_scope`
+        once its work for the turn is done."""
         if self.ended:
             scope.cancel()
         self.scopes.append(scope)
-        return scope
 
     def close_scope(self, scope: trio.CancelScope) -> None:
         # A task that returned needs no cancel when the turn ends. (A plain
@@ -251,6 +253,66 @@ class _Flight:
         self.timed_out = True
 
 
+class _Worker:
+    """The actor's request task, kept from one request to the next.
+
+    A turn sends one request (more with tool rounds or a retry), and the next
+    one is decided only after the last has returned its result. A task of
+    its own for each would cost a task, a copy of the context and a cancel
+    scope per request (about a tenth of a turn through the hub); the worker
+    instead parks once its request has returned, and the actor wakes it with
+    the next one (:meth:`give`).
+
+    Cancellation: the worker runs inside one cancel scope for its whole life,
+    which the turn whose request runs holds (``_Flight.hold``) until the
+    request returns. The turn's end cancels it as it cancelled a task of the
+    request's own: the request is interrupted where it waits, and the worker
+    stops after it. A worker not parked when the next request comes (a
+    cancelled request that has not returned yet, one that ignores
+    cancellation, a result still waiting for room in the mailbox) is never
+    waited for: the actor starts a new worker, and the old one stops once it
+    returns (:meth:`Actor._work`). :meth:`stop` ends a parked worker when
+    its actor stops, or has been idle for ``KEEP_REQUEST_TASK`` seconds.
+    """
+
+    __slots__ = ("_job", "_parked", "scope")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self._parked: trio.lowlevel.Task | None = None
+        self._job: tuple[_Flight, ChatRequest] | None = None
+
+    def give(self, flight: _Flight, request: ChatRequest) -> bool:
+        """Wake the parked worker with ``request``; False if it is not parked."""
+        task = self._parked
+        if task is None:
+            return False
+        self._parked = None
+        self._job = (flight, request)
+        trio.lowlevel.reschedule(task)
+        return True
+
+    async def next_job(self) -> tuple[_Flight, ChatRequest]:
+        """Park until :meth:`give`. A schedule point and a cancel point."""
+        self._parked = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self)
+        job = self._job
+        assert job is not None
+        self._job = None
+        return job
+
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        """Abort the parked wait (the abort function of :meth:`next_job`,
+        without a closure): the worker was stopped, or the hub's nursery
+        was cancelled."""
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def stop(self) -> None:
+        """End the worker: at once if parked, else once its request returns."""
+        self.scope.cancel()
+
+
 @attrs.frozen(slots=True)
 class Transition:
     """One event folded into a state: what the ``transition`` log line tells."""
@@ -321,6 +383,7 @@ class Actor:
         "_stop",
         "_unsynced",
         "_waiting",
+        "_worker",
         "idle_since",
         "mailbox",
         "rt",
@@ -338,6 +401,8 @@ class Actor:
         self.senders = 0
         self.state: SessionState = initial_state()
         self._flight: _Flight | None = None
+        #: The task that runs this actor's requests, once one was sent.
+        self._worker: _Worker | None = None
         #: Tickets of accepted Submits whose turn has not ended, by request id.
         self._waiting: dict[RequestId, list[Ticket]] = {}
         #: When recent turns ended (trio clock), to time late completions.
@@ -369,6 +434,14 @@ class Actor:
         """Stop after the current batch (the hub is closing)."""
         self._stop = True
         self.poke()
+
+    def retire_request_task(self) -> None:
+        """Let the request task go (the session is idle): it stops where it
+        waits for the next request, and the next turn starts a new one."""
+        worker = self._worker
+        if worker is not None and self._flight is None:
+            self._worker = None
+            worker.stop()
 
     def poke(self) -> None:
         """Wake the actor to look at its flags (the hub is closing, or it has
@@ -492,6 +565,9 @@ class Actor:
             if batch:
                 done = await self._handle(batch)
                 self.idle_since = done if self._flight is None else None
+                # Waiting, the actor holds no message it has handled (the
+                # last answer, say) for however long the session stays idle.
+                del batch
             elif (
                 self._flight is None
                 and not self._stop
@@ -561,6 +637,10 @@ class Actor:
             if flight is not None:
                 self._flight = None
                 flight.end()
+            worker = self._worker
+            if worker is not None:
+                self._worker = None
+                worker.stop()
             if registered:
                 if why == "passivated":
                     rt.counters.actors_passivated += 1
@@ -806,7 +886,12 @@ class Actor:
                 state.request.round,
             )
             flight.running = True
-            rt.nursery.start_soon(self._request, flight, request, name="turnledger.request")
+            worker = self._worker
+            if worker is None or not worker.give(flight, request):
+                worker = self._worker = _Worker()
+                rt.nursery.start_soon(
+                    self._work, worker, flight, request, name="turnledger.request"
+                )
 
     def _start_tools(self, flight: _Flight, calls: Sequence[ToolCall]) -> None:
         tools = self.rt.tools_of(self.session_id)
@@ -835,45 +920,61 @@ class Actor:
 
     # -- the request task --------------------------------------------------
 
-    async def _request(self, flight: _Flight, request: ChatRequest) -> None:
+    async def _work(self, worker: _Worker, flight: _Flight, request: ChatRequest) -> None:
+        """The worker's task: run ``request``, then each request it is given."""
+        job: tuple[_Flight, ChatRequest] | None = (flight, request)
+        # Parked, it holds neither its last turn nor that request's messages.
+        del flight, request
+        with worker.scope:
+            while job is not None:
+                await self._request(job[0], job[1], worker.scope)
+                job = None
+                if self._worker is not worker:
+                    return  # replaced while its request ran
+                job = await worker.next_job()
+
+    async def _request(
+        self, flight: _Flight, request: ChatRequest, scope: trio.CancelScope
+    ) -> None:
+        """Run one request inside ``scope`` (the worker's, entered), which
+        the turn cancels when it ends."""
         rt = self.rt
         rid = flight.request_id
         bind_request_id(rid)
         rt.counters.request_tasks += 1
-        scope = flight.open_scope()
+        flight.hold(scope)
         try:
-            with scope:
-                msg: Message
-                try:
-                    completion = await rt.provider.complete(request, flight)
-                except ProviderError as exc:
-                    # Typed as a discard reason; a third-party provider may
-                    # still set anything at run time.
-                    reason = exc.reason if exc.reason in DISCARD_REASONS else "provider_error"
-                    msg = Failed(rid, Failure(reason, str(exc)), request.round)
-                except Exception as exc:
-                    # A provider bug must not take the hub down. Its message
-                    # may hold anything, so only the type is kept.
-                    flight.log.error("request_error", error=type(exc).__name__)
-                    msg = Failed(rid, Failure("provider_error", type(exc).__name__), request.round)
-                else:
-                    msg = Completed(
-                        rid,
-                        completion.answer,
-                        completion.finish_reason,
-                        completion.usage,
-                        request.round,
-                        completion.tool_calls,
-                    )
-                # A result the provider did return is reported even if the
-                # turn was discarded meanwhile (a provider that cannot be
-                # interrupted, such as a blocking SDK in a worker thread):
-                # report() does not yield when the mailbox has room, so the
-                # late result is recorded as CompletionIgnored. (report()
-                # without its coroutine while there is room: every turn.)
-                item: Item = (msg, None)
-                if not self.offer(item):
-                    await self.report_blocking(item)
+            msg: Message
+            try:
+                completion = await rt.provider.complete(request, flight)
+            except ProviderError as exc:
+                # Typed as a discard reason; a third-party provider may
+                # still set anything at run time.
+                reason = exc.reason if exc.reason in DISCARD_REASONS else "provider_error"
+                msg = Failed(rid, Failure(reason, str(exc)), request.round)
+            except Exception as exc:
+                # A provider bug must not take the hub down. Its message
+                # may hold anything, so only the type is kept.
+                flight.log.error("request_error", error=type(exc).__name__)
+                msg = Failed(rid, Failure("provider_error", type(exc).__name__), request.round)
+            else:
+                msg = Completed(
+                    rid,
+                    completion.answer,
+                    completion.finish_reason,
+                    completion.usage,
+                    request.round,
+                    completion.tool_calls,
+                )
+            # A result the provider did return is reported even if the
+            # turn was discarded meanwhile (a provider that cannot be
+            # interrupted, such as a blocking SDK in a worker thread):
+            # report() does not yield when the mailbox has room, so the
+            # late result is recorded as CompletionIgnored. (report()
+            # without its coroutine while there is room: every turn.)
+            item: Item = (msg, None)
+            if not self.offer(item):
+                await self.report_blocking(item)
         finally:
             flight.close_scope(scope)
             rt.counters.request_tasks -= 1
@@ -884,7 +985,8 @@ class Actor:
         rid = flight.request_id
         bind_request_id(rid)
         started = trio.current_time()
-        scope = flight.open_scope()
+        scope = trio.CancelScope()
+        flight.hold(scope)
         try:
             with scope:
                 content, is_error = await self._run_tool(flight, call, tool)

@@ -80,7 +80,7 @@ class Counters:
     def __init__(self) -> None:
         #: Actor tasks alive (running, starting or stopping).
         self.actor_tasks = 0
-        #: Request tasks alive (including cancelled ones still unwinding).
+        #: Requests running (including cancelled ones still unwinding).
         self.request_tasks = 0
         self.actors_started = 0
         self.actors_passivated = 0

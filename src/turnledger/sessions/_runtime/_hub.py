@@ -43,7 +43,7 @@ from .._ports import Provider
 from .._projection import Budget, CharTokenEstimator, TokenEstimator
 from .._results import TurnResult
 from .._tools import Tool
-from ._actor import Actor, Item
+from ._actor import KEEP_REQUEST_TASK, Actor, Item
 from ._context import Config, Counters, Runtime
 from ._tickets import Ticket
 from ._timers import Timers
@@ -57,7 +57,8 @@ class HubStatistics:
 
     #: Actor tasks alive (running, starting or stopping).
     actors: int
-    #: Request tasks alive (including cancelled ones still unwinding).
+    #: Requests running (including cancelled ones still unwinding); a
+    #: session's request task parks between its requests and is not counted.
     requests: int
     #: Sessions with a turn in flight.
     in_flight: int
@@ -249,8 +250,7 @@ class Hub:
         )
         self._store = store
         self._janitor_scope = trio.CancelScope()
-        if config.passivate_after is not None:
-            nursery.start_soon(self._janitor, config.passivate_after, name="turnledger.janitor")
+        nursery.start_soon(self._janitor, config.passivate_after, name="turnledger.janitor")
         self._timers_scope = trio.CancelScope()
         if config.turn_deadline is not None or config.idle_timeout is not None:
             nursery.start_soon(self._timers, name="turnledger.timers")
@@ -439,18 +439,26 @@ class Hub:
             events=c.events,
         )
 
-    async def _janitor(self, after: float) -> None:
+    async def _janitor(self, after: float | None) -> None:
         # One task for the whole hub rather than a timer per idle actor: an
-        # idle actor then costs no cancel scope and no deadline. It is
-        # passivated between `after` and 1.5 x `after` seconds of idleness.
+        # idle actor then costs no cancel scope and no deadline. An actor
+        # idle for KEEP_REQUEST_TASK seconds lets its request task go; one
+        # idle for `after` seconds is passivated. Each happens within half
+        # its time after it is due (a sweep every half of the shorter one).
+        keep = KEEP_REQUEST_TASK
+        period = (keep if after is None else min(after, keep)) / 2
         with self._janitor_scope:
             while True:
-                await trio.sleep(after / 2)
+                await trio.sleep(period)
                 now = trio.current_time()
                 for actor in list(self._routes.actors.values()):
                     since = actor.idle_since
-                    if since is not None and now - since >= after:
+                    if since is None:
+                        continue
+                    if after is not None and now - since >= after:
                         actor.poke()
+                    elif now - since >= keep:
+                        actor.retire_request_task()
 
     async def _timers(self) -> None:
         with self._timers_scope:
@@ -525,7 +533,9 @@ async def open_hub(
             before a turn is discarded (``Timeout "idle"``).
         passivate_after: seconds without messages after which an idle
             session's actor stops (checked every ``passivate_after / 2``
-            seconds); it comes back by replay when addressed.
+            seconds, or 15 if that is less); it comes back by replay when
+            addressed. Idle for 30 seconds, an actor already lets the task
+            that runs its requests go (the next turn starts a new one).
         mailbox_size: messages a session queues before senders wait.
         shutdown_grace: seconds each actor may take, on exit, to write the
             ``interrupted`` discards (even if the exit is a cancellation).
