@@ -133,6 +133,7 @@ class _Flight:
         "request_id",
         "round",
         "running",
+        "scope",
         "scopes",
         "tickets",
         "timed_out",
@@ -144,8 +145,11 @@ class _Flight:
         self.request_id = request_id
         self._log: Any = None
         self.tickets: Sequence[Ticket] = ()
-        #: The cancel scopes of the turn's request and tool tasks still running.
-        self.scopes: list[trio.CancelScope] = []
+        #: The cancel scopes of the turn's request and tool tasks still
+        #: running: the first in a slot of its own (a turn without tools has
+        #: one, the request task's), any more in a list.
+        self.scope: trio.CancelScope | None = None
+        self.scopes: list[trio.CancelScope] | None = None
         #: The round whose request is (or goes) out.
         self.round = 0
         #: Tool tasks of the round still running.
@@ -168,17 +172,21 @@ class _Flight:
         once its work for the turn is done."""
         if self.ended:
             scope.cancel()
-        self.scopes.append(scope)
+        if self.scope is None:
+            self.scope = scope
+        elif self.scopes is None:
+            self.scopes = [scope]
+        else:
+            self.scopes.append(scope)
 
     def close_scope(self, scope: trio.CancelScope) -> None:
         # A task that returned needs no cancel when the turn ends. (A plain
         # method rather than a generator context manager: this runs for
         # every request.)
-        scopes = self.scopes
-        if scopes and scopes[-1] is scope:
-            scopes.pop()
-        elif scope in scopes:
-            scopes.remove(scope)
+        if self.scope is scope:
+            self.scope = None
+        elif self.scopes is not None and scope in self.scopes:
+            self.scopes.remove(scope)
 
     @property
     def log(self) -> Any:
@@ -218,9 +226,13 @@ class _Flight:
         (objects that reach the oldest generation make the cyclic GC walk the
         whole heap sooner)."""
         self.ended = True
-        for scope in self.scopes:
-            scope.cancel()
-        self.scopes = []
+        if self.scope is not None:
+            self.scope.cancel()
+            self.scope = None
+        if self.scopes is not None:
+            for scope in self.scopes:
+                scope.cancel()
+            self.scopes = None
         self.tickets = ()
 
     # -- timers ------------------------------------------------------------
@@ -275,37 +287,31 @@ class _Worker:
     its actor stops, or has been idle for ``KEEP_REQUEST_TASK`` seconds.
     """
 
-    __slots__ = ("_job", "_parked", "scope")
+    __slots__ = ("flight", "parked", "request", "scope")
 
-    def __init__(self) -> None:
+    def __init__(self, flight: _Flight, request: ChatRequest) -> None:
         self.scope = trio.CancelScope()
-        self._parked: trio.lowlevel.Task | None = None
-        self._job: tuple[_Flight, ChatRequest] | None = None
+        #: The worker's task while it waits for its next request.
+        self.parked: trio.lowlevel.Task | None = None
+        #: The request to run next, and its turn.
+        self.flight: _Flight | None = flight
+        self.request: ChatRequest | None = request
 
     def give(self, flight: _Flight, request: ChatRequest) -> bool:
         """Wake the parked worker with ``request``; False if it is not parked."""
-        task = self._parked
+        task = self.parked
         if task is None:
             return False
-        self._parked = None
-        self._job = (flight, request)
+        self.parked = None
+        self.flight = flight
+        self.request = request
         trio.lowlevel.reschedule(task)
         return True
 
-    async def next_job(self) -> tuple[_Flight, ChatRequest]:
-        """Park until :meth:`give`. A schedule point and a cancel point."""
-        self._parked = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self)
-        job = self._job
-        assert job is not None
-        self._job = None
-        return job
-
     def __call__(self, _: object) -> trio.lowlevel.Abort:
-        """Abort the parked wait (the abort function of :meth:`next_job`,
-        without a closure): the worker was stopped, or the hub's nursery
-        was cancelled."""
-        self._parked = None
+        """Abort the parked wait (its abort function, without a closure):
+        the worker was stopped, or the hub's nursery was cancelled."""
+        self.parked = None
         return trio.lowlevel.Abort.SUCCEEDED
 
     def stop(self) -> None:
@@ -888,10 +894,8 @@ class Actor:
             flight.running = True
             worker = self._worker
             if worker is None or not worker.give(flight, request):
-                worker = self._worker = _Worker()
-                rt.nursery.start_soon(
-                    self._work, worker, flight, request, name="turnledger.request"
-                )
+                worker = self._worker = _Worker(flight, request)
+                rt.nursery.start_soon(self._work, worker, name="turnledger.request")
 
     def _start_tools(self, flight: _Flight, calls: Sequence[ToolCall]) -> None:
         tools = self.rt.tools_of(self.session_id)
@@ -920,18 +924,23 @@ class Actor:
 
     # -- the request task --------------------------------------------------
 
-    async def _work(self, worker: _Worker, flight: _Flight, request: ChatRequest) -> None:
-        """The worker's task: run ``request``, then each request it is given."""
-        job: tuple[_Flight, ChatRequest] | None = (flight, request)
-        # Parked, it holds neither its last turn nor that request's messages.
-        del flight, request
+    async def _work(self, worker: _Worker) -> None:
+        """The worker's task: run the request it was started with, then each
+        request it is given (:meth:`_Worker.give`)."""
         with worker.scope:
-            while job is not None:
-                await self._request(job[0], job[1], worker.scope)
-                job = None
+            while True:
+                flight, request = worker.flight, worker.request
+                assert flight is not None and request is not None
+                worker.flight = worker.request = None
+                await self._request(flight, request, worker.scope)
+                # Parked, it holds neither its last turn nor that request's messages.
+                del flight, request
                 if self._worker is not worker:
                     return  # replaced while its request ran
-                job = await worker.next_job()
+                # Parked here rather than in a method of the worker's: one
+                # coroutine less per request.
+                worker.parked = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(worker)
 
     async def _request(
         self, flight: _Flight, request: ChatRequest, scope: trio.CancelScope
