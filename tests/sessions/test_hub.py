@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from turnledger.sessions import (
     Turn,
     open_hub,
 )
+from turnledger.sessions._runtime import _hub
 from turnledger.sessions._runtime._log import EVENTS, FIELDS
 from turnledger.testing import (
     Begin,
@@ -106,6 +109,48 @@ async def test_a_submit_without_request_id_gets_a_fresh_uuid4(store: HookedStore
     for rid in ids:
         parsed = uuid.UUID(hex=rid)
         assert (parsed.hex, parsed.version, parsed.variant) == (rid, 4, uuid.RFC_4122)
+
+
+def test_request_ids_are_drawn_in_batches_of_distinct_uuid4s() -> None:
+    # Several draws, from several threads at once: each id is handed out once.
+    per_thread = 3 * _hub._IDS
+    drawn: list[list[str]] = [[] for _ in range(4)]
+
+    def draw(out: list[str]) -> None:
+        out.extend(_hub.uuid4_hex() for _ in range(per_thread))
+
+    threads = [threading.Thread(target=draw, args=(out,)) for out in drawn]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [rid for out in drawn for rid in out]
+    assert len(ids) == len(set(ids)) == 4 * per_thread
+    for rid in ids:
+        parsed = uuid.UUID(hex=rid)
+        assert (parsed.hex, parsed.version, parsed.variant) == (rid, 4, uuid.RFC_4122)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_process_draws_request_ids_of_its_own() -> None:
+    _hub.uuid4_hex()  # the parent has ids drawn ahead
+    ahead = set(_hub._ids)
+    assert ahead
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os.write(write, _hub.uuid4_hex().encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        child = f.read()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert len(child) == 32 and child not in ahead
+
+
+def test_ids_in_any_unicode_text_are_accepted() -> None:
+    for value in ("s", "café", "会話-1", "🙂"):
+        _hub._check_id("session id", value)
 
 
 async def test_rejections_happen_before_any_transport(store: HookedStore) -> None:
