@@ -28,12 +28,13 @@ provider's task only writes a timestamp, it never wakes the actor.
 Requests run in the hub's nursery, in a request task of the actor's
 (:class:`_Worker`) that parks between turns and is woken with the next
 request, and never touch state: they send ``ResponseStarted`` /
-``Completed`` / ``Failed`` with their request id and round. Tool tasks (one per call of a round, run
-concurrently once ``ToolCallsRequested`` is recorded) are the same: each
-sends its ``ToolDone``; the turn's end cancels them all, and a result that
-comes anyway is recorded as ignored. While tools run, the idle timer waits
-(a tool sends no deltas); the turn's deadline still holds. Deltas go to the
-turn's tickets (previews), not to the mailbox, the state or the log.
+``Completed`` / ``Failed`` with their request id and round. Tool tasks (one
+per call of a round, run concurrently once ``ToolCallsRequested`` is
+recorded) are the same: each sends its ``ToolDone``; the turn's end cancels
+them all, and a result that comes anyway is recorded as ignored. While tools
+run, the idle timer waits (a tool sends no deltas); the turn's deadline still
+holds. Deltas go to the turn's tickets (previews), not to the mailbox, the
+state or the log.
 """
 
 from __future__ import annotations

@@ -466,8 +466,8 @@ class Hub:
         # One task for the whole hub rather than a timer per idle actor: an
         # idle actor then costs no cancel scope and no deadline. An actor
         # idle for KEEP_REQUEST_TASK seconds lets its request task go; one
-        # idle for `after` seconds is passivated. Each happens within half
-        # its time after it is due (a sweep every half of the shorter one).
+        # idle for `after` seconds is passivated. A sweep every half of the
+        # shorter of the two: each happens at most that long after it is due.
         keep = KEEP_REQUEST_TASK
         period = (keep if after is None else min(after, keep)) / 2
         with self._janitor_scope:
