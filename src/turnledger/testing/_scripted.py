@@ -250,8 +250,8 @@ class _Run:
     async def play_all(
         self, steps: Iterable[Step] | AsyncIterable[Step], request: ChatRequest
     ) -> Completion | None:
-        """Play ``steps`` (not a list or tuple) until one ends the request."""
-        if not isinstance(steps, (list, tuple)) and isinstance(steps, AsyncIterable):
+        """Play ``steps`` until one ends the request."""
+        if isinstance(steps, AsyncIterable):
             async for step in steps:
                 done = await self.play(step, request)
                 if done is not None:

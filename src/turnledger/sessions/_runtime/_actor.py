@@ -11,9 +11,10 @@ messages it runs the pure core, writes first and acts after::
 Batching. A turn is several messages (Submit, ResponseStarted, Completed).
 The actor takes whatever is queued when it wakes (its ``_mailbox.Mailbox``
 hands over a whole batch at once), decides the messages one after another
-against the provisional state, and appends all their events in one store call. This is safe because
-effects run only after the append, in event order, and only the final state
-matters for them: a turn submitted and cancelled in one batch never goes out.
+against the provisional state, and appends all their events in one store
+call. This is safe because effects run only after the append, in event
+order, and only the final state matters for them: a turn submitted and
+cancelled in one batch never goes out.
 
 Timers. The deadline and the idle timeout of the turn in flight cost no
 cancel scope and no task of their own: the actor waits for its mailbox
