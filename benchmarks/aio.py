@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import multiprocessing
 import statistics
@@ -83,7 +84,7 @@ class _Hops:
             self.count += 1
             return threadsafe(callback, *args, **kw)
 
-        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign, assignment]
 
 
 async def _timed(
@@ -141,7 +142,7 @@ async def _httpx(base: str, turns: int, answer: str, out: Figures, hops: _Hops) 
 
 
 def _under_trio(main: Callable[..., Awaitable[None]], *args: Any) -> None:
-    trio.run(main, *args, _Hops())
+    trio.run(functools.partial(main, *args, _Hops()))
 
 
 def _as_guest(main: Callable[..., Awaitable[None]], *args: Any) -> None:

@@ -72,6 +72,7 @@ import trio
 from turnledger.adapters.stores import PostgresStore, SQLiteStore
 from turnledger.events import (
     DEFAULT_CODEC,
+    Event,
     EventStore,
     RequestId,
     StoredEvent,
@@ -286,7 +287,7 @@ async def _create(dsn: str) -> None:
 
 def _turn(sid: str, version: int, t: int) -> list[StoredEvent]:
     rid = RequestId(f"{sid}/{t}")
-    events = [
+    events: list[Event] = [
         TurnSubmitted(rid, f"question {t}?", t, 0, 200),
         StreamStarted(rid),
         TurnCommitted(rid, "ok", "stop"),

@@ -481,7 +481,7 @@ def main() -> None:
         loopback.wait(30)
 
     def med(kind: str, key: str) -> float:
-        return statistics.median(r[key] for r in runs[kind])
+        return float(statistics.median(r[key] for r in runs[kind]))
 
     print()
     print(f"{args.clients} clients x {args.deltas} deltas, medians of {args.rounds} round(s):")

@@ -73,6 +73,7 @@ matches the wall time, a gap is work, not waiting.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -385,10 +386,12 @@ def structurer_codecs() -> dict[str, EventCodec]:
     ``cattrs+``: exact-type hooks, a closure per Optional and Literal instead
     of cattrs' dispatching ones, and the NewType registered directly). Only
     for valid payloads: they raise other errors than the codec expects."""
-    from typing import get_args
+    import types
+    from typing import Union, get_args, get_origin
 
     import cattrs
-    from cattrs._compat import is_literal, is_union_type
+    from cattrs._compat import is_literal
+    from cattrs.strategies import configure_tagged_union
 
     from turnledger.events import HistoryPolicy, RequestId
     from turnledger.events import codec as codec_module
@@ -397,7 +400,7 @@ def structurer_codecs() -> dict[str, EventCodec]:
         conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=False)
         for t in (str, int, bool):
             conv.register_structure_hook(t, hook(t))
-        codec_module.configure_tagged_union(
+        configure_tagged_union(
             HistoryPolicy,
             conv,
             tag_generator=lambda cls: codec_module._POLICY_TAGS[cls],
@@ -418,6 +421,11 @@ def structurer_codecs() -> dict[str, EventCodec]:
         inner = tuned.get_structure_hook(inner_t)
         return lambda v, _: None if v is None else inner(v, inner_t)
 
+    def is_optional(tp: Any) -> bool:
+        origin: object = get_origin(tp)
+        args = get_args(tp)
+        return origin in (Union, types.UnionType) and len(args) == 2 and type(None) in args
+
     def literal(tp: Any) -> Any:
         allowed = frozenset(get_args(tp))
 
@@ -431,7 +439,7 @@ def structurer_codecs() -> dict[str, EventCodec]:
     tuned = converter(exact)
     tuned.register_structure_hook(RequestId, exact(str))
     tuned.register_structure_hook_factory(
-        lambda t: is_union_type(t) and len(get_args(t)) == 2 and type(None) in get_args(t),
+        is_optional,
         optional,
     )
     tuned.register_structure_hook_factory(is_literal, literal)
@@ -440,7 +448,11 @@ def structurer_codecs() -> dict[str, EventCodec]:
         codec = out[name] = EventCodec()
         # every tag, SessionStarted's tagged policy union included
         codec._current = {
-            tag: (codec_module.SCHEMA_VERSIONS[tag], conv.get_structure_hook(cls))
+            # cattrs' generated structurers take the type as an optional second argument
+            tag: (
+                codec_module.SCHEMA_VERSIONS[tag],
+                cast(Callable[[Any], Any], conv.get_structure_hook(cls)),
+            )
             for cls, tag in codec_module.WIRE_TAGS.items()
         }
         for ev in session_events("s", 1):  # the same events as the codec's
@@ -596,10 +608,12 @@ def replays(
         }
         if structurers:
             for label, codec in structurer_codecs().items():
-                contenders[f"bulk [{label}]"] = lambda c=codec: trio.run(
-                    _bulk_replay, path, rsids, batch_size, False, c
+                contenders[f"bulk [{label}]"] = functools.partial(
+                    trio.run, _bulk_replay, path, rsids, batch_size, False, codec
                 )
-                contenders[f"alone [{label}]"] = lambda c=codec: direct_replay(path, rsids, c)
+                contenders[f"alone [{label}]"] = functools.partial(
+                    direct_replay, path, rsids, codec
+                )
         runs: dict[str, list[Times]] = {k: [] for k in contenders}
         order = list(contenders)
         shuffle = random.Random(2026).shuffle  # the same orders on every run

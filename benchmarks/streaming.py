@@ -275,7 +275,7 @@ async def _e2e(port: int, chunks: int, rounds: int) -> None:
             handle = await hub.submit(f"s{next(counter)}", "Stream, please.")
             result = await handle.outcome()
             assert result.kind == "committed", result
-            assert result.answer == answer  # type: ignore[union-attr]
+            assert result.answer == answer
 
         variants["turn through a session hub"] = session
     else:
