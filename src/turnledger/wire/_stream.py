@@ -19,12 +19,14 @@ the caller delivers the text and then calls :meth:`ResponseDecoder.check`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Protocol
 
 from .._errors import DecodeError, LimitExceeded, ProviderError, StreamProtocolError
 from ..events import Usage
 from ..sessions._ports import Completion
 from ._limits import StreamLimits
+from ._sse import ServerSentEvent, SSEDecoder
+from ._strict_json import loads_object
 from ._utf8 import Utf8Decoder
 
 __all__ = [
@@ -34,13 +36,16 @@ __all__ = [
     "ROLES",
     "SSE_EVENT_TYPES",
     "BodyDecoder",
+    "EventValidator",
     "ResponseDecoder",
+    "SSEStreamDecoder",
     "describe",
     "incomplete",
     "known_finish_reason",
     "malformed",
     "protocol",
     "provider_error",
+    "typed_event",
     "usage_from",
 ]
 
@@ -64,21 +69,29 @@ FINISH_REASONS: Final = frozenset(
         "stop_sequence",
         "abort",
         "error",
+        "tool_use",
+        "refusal",
+        "pause_turn",
+        "model_context_window_exceeded",
+        "max_output_tokens",
     }
 )
 #: Chat roles.
 ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 #: SSE event types seen on chat streams.
 SSE_EVENT_TYPES: Final = frozenset({"message", "error", "ping", "done", "end"})
-#: Error types and codes of OpenAI-compatible servers.
+#: Error types and codes of OpenAI-compatible servers, Anthropic and the
+#: Responses API.
 ERROR_CODES: Final = frozenset(
     {
         "api_error",
         "authentication_error",
+        "billing_error",
         "context_length_exceeded",
         "insufficient_quota",
         "internal_error",
         "invalid_api_key",
+        "invalid_prompt",
         "invalid_request_error",
         "model_not_found",
         "not_found_error",
@@ -86,6 +99,7 @@ ERROR_CODES: Final = frozenset(
         "permission_error",
         "rate_limit_error",
         "rate_limit_exceeded",
+        "request_too_large",
         "server_error",
         "service_unavailable",
         "timeout",
@@ -179,6 +193,19 @@ def _count(value: Any, what: str) -> int | None:
     if type(value) is not int or value < 0:
         raise malformed(f"usage field {what} is not a non-negative integer")
     return value
+
+
+def typed_event(event: ServerSentEvent, max_depth: int) -> tuple[str, dict[str, Any]]:
+    """The ``type`` and the JSON object of a typed SSE event (Anthropic
+    Messages, the Responses API): the data's ``type`` must be a string and,
+    when the event has a name, the same string."""
+    obj = loads_object(event.data, max_depth=max_depth)
+    kind = obj.get("type")
+    if type(kind) is not str:
+        raise malformed("an event's data has no string type")
+    if kind != event.event and event.event != "message":
+        raise protocol("an SSE event named differently from its data's type")
+    return kind, obj
 
 
 def usage_from(prompt: Any, completion: Any, total: Any = None) -> Usage:
@@ -280,3 +307,61 @@ class BodyDecoder(ResponseDecoder):
 
     @abstractmethod
     def _parse(self, text: str) -> Completion: ...
+
+
+class EventValidator(Protocol):
+    """A protocol's turn validator over SSE events."""
+
+    def __init__(self, limits: StreamLimits | None = None) -> None: ...
+
+    def feed(self, event: ServerSentEvent) -> str:
+        """One event; returns the answer text it adds (``""`` for none)."""
+        ...
+
+    def finish(self, *, dropped: bool = False) -> Completion:
+        """The end of the stream (``dropped``: inside an unterminated event)."""
+        ...
+
+
+class SSEStreamDecoder(ResponseDecoder):
+    """Bytes of a ``text/event-stream`` response to preview and completion,
+    through the protocol's :class:`EventValidator` (``_validator_class``)."""
+
+    __slots__ = ("_sse", "_validator")
+    _validator_class: ClassVar[type[EventValidator]]
+
+    def __init__(self, limits: StreamLimits | None = None) -> None:
+        super().__init__(limits)
+        self._sse = SSEDecoder(self.limits)
+        self._validator = self._validator_class(self.limits)
+
+    def feed(self, chunk: bytes) -> list[str]:
+        # ResponseDecoder.feed with the layers called inline: this runs once
+        # per read of a live stream.
+        if self._error is not None or self._bytes + len(chunk) > self._max_bytes:
+            return super().feed(chunk)
+        self._bytes += len(chunk)
+        out: list[str] = []
+        try:
+            self._feed_text(self._utf8.decode(chunk), out)
+        except ProviderError as exc:
+            self._error = exc
+            if out:
+                return out
+            raise
+        return out
+
+    def _feed_text(self, text: str, out: list[str]) -> None:
+        if not text:
+            return
+        sse = self._sse
+        feed = self._validator.feed
+        for event in sse.decode_text(text):
+            piece = feed(event)
+            if piece:
+                out.append(piece)
+        sse.check()  # an error the SSE layer left pending after these events
+
+    def _finish(self) -> Completion:
+        self._sse.flush()
+        return self._validator.finish(dropped=self._sse.dropped)
