@@ -23,8 +23,10 @@ Messages never contain the response body, the URL's query, or a header.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -352,6 +354,14 @@ def merge_extra(fields: dict[str, Any], extra: Mapping[str, Any] | None) -> dict
     return fields
 
 
+@functools.cache
+def _ssl_context(trust_env: bool) -> ssl.SSLContext:
+    # What httpx builds for every client (CA bundle, SSL_CERT_FILE and
+    # SSL_CERT_DIR with trust_env), built once: loading the bundle takes
+    # tens of milliseconds, and a context may serve any number of clients.
+    return httpx.create_ssl_context(trust_env=trust_env)
+
+
 class HTTPChatProvider:
     """What the HTTP providers share: the client, the transport, the encoder,
     ``complete()``, closing. Subclasses say which endpoint and decoders."""
@@ -388,7 +398,9 @@ class HTTPChatProvider:
         self._described: dict[str, ModelInfo] = {}
         self._api_key_secret = Secret(api_key) if api_key else None
         self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=trust_env)
+        self._client = client or httpx.AsyncClient(
+            timeout=timeout, trust_env=trust_env, verify=_ssl_context(trust_env)
+        )
         self._limits = limits or StreamLimits()
         self._media_types = (self._stream_media_type if stream else "application/json",)
         self._transport = ChatTransport(
