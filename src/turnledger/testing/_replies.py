@@ -601,6 +601,8 @@ def chat_messages(protocol: WireProtocol, request: dict[str, Any]) -> list[dict[
                 out.append({"role": "tool", "content": item.get("output", "")})
             elif item.get("type") != "function_call":
                 out.append({"role": item.get("role"), "content": _text_of(item.get("content"))})
+            elif not out or out[-1]["role"] != "assistant":  # the calls' own message
+                out.append({"role": "assistant", "content": ""})
         return out
     return list(request.get("messages", []))
 
