@@ -20,14 +20,13 @@ import trio
 from turnledger import ProviderError
 from turnledger.adapters.providers import StreamLimits
 from turnledger.adapters.stores import MemoryStore
+from turnledger.cli._demo import _Uninterruptible
 from turnledger.events import DEFAULT_CODEC, CompletionIgnored, RequestId
 from turnledger.sessions import (
     ChatMessage,
     ChatRequest,
     CommittedResult,
-    Completion,
     DiscardedResult,
-    StreamSink,
     open_hub,
 )
 from turnledger.testing import (
@@ -300,23 +299,6 @@ async def test_connection_refused_is_transport_for_every_protocol() -> None:
             with pytest.raises(ProviderError) as info:
                 await provider.complete(request, Sink())
         assert (info.value.reason, str(info.value)) == ("transport", "connect error")
-
-
-class _Uninterruptible:
-    """A provider whose call cannot be interrupted (an SDK blocking a thread):
-    its answer arrives after the session gave up on the turn."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    @property
-    def encoder(self) -> Any:
-        return self._inner.encoder
-
-    async def complete(self, request: ChatRequest, sink: StreamSink) -> Completion:
-        with trio.CancelScope(shield=True):
-            completion: Completion = await self._inner.complete(request, sink)
-        return completion
 
 
 @pytest.mark.parametrize("wire", WIRES, ids=[w.name for w in WIRES])

@@ -61,12 +61,16 @@ from ._sse import ServerSentEvent
 from ._stream import (
     ROLES,
     SSEStreamDecoder,
+    TypedEventValidator,
     describe,
     incomplete,
+    int_field,
     known_finish_reason,
     malformed,
+    object_field,
     protocol,
     provider_error,
+    string_field,
     typed_event,
     usage_from,
 )
@@ -99,28 +103,7 @@ def _int(obj: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def _dict(obj: dict[str, Any], key: str, what: str) -> dict[str, Any]:
-    value = obj.get(key)
-    if type(value) is not dict:
-        raise malformed(f"{what} has no {key} object")
-    return value
-
-
-def _index(obj: dict[str, Any]) -> int:
-    index = obj.get("index")
-    if type(index) is not int:
-        raise malformed("a content block event has no integer index")
-    return index
-
-
-def _string(obj: dict[str, Any], key: str, what: str) -> str:
-    value = obj.get(key)
-    if type(value) is not str:
-        raise malformed(f"{what} is not a string")
-    return value
-
-
-class AnthropicEventValidator:
+class AnthropicEventValidator(TypedEventValidator):
     """Validates the events of one streamed Messages answer.
 
     :meth:`feed` returns the answer text an event adds (``""`` for none);
@@ -131,12 +114,8 @@ class AnthropicEventValidator:
         "_args",
         "_blocks",
         "_calls",
-        "_chars",
-        "_depth",
-        "_max_chars",
         "_open",
         "_output",
-        "_parts",
         "_prompt",
         "_started",
         "_stop",
@@ -146,16 +125,12 @@ class AnthropicEventValidator:
     )
 
     def __init__(self, limits: StreamLimits | None = None) -> None:
-        lim = limits or StreamLimits()
-        self._max_chars = lim.max_output_chars
-        self._depth = lim.max_json_depth
+        super().__init__(limits)
         self._started = False  # message_start seen
         self._wrapping_up = False  # message_delta seen: no more content
         self._stopped = False  # message_stop seen
         self._blocks: list[str] = []  # the type of each block, by index
         self._open = -1  # the index of the open block
-        self._parts: list[str] = []
-        self._chars = 0
         self._thinking = 0
         self._calls: list[tuple[str, str]] = []  # (id, name) of each tool_use block
         self._args: list[list[str]] = []
@@ -179,16 +154,11 @@ class AnthropicEventValidator:
             raise protocol(f"a {kind} before message_start")
         return handler(self, obj)
 
-    def _count(self, n: int) -> None:
-        self._chars += n
-        if self._chars > self._max_chars:
-            raise LimitExceeded(f"the answer is longer than {self._max_chars} characters")
-
     def _message_start(self, obj: dict[str, Any]) -> str:
         if self._started:
             raise protocol("a second message_start")
         self._started = True
-        message = _dict(obj, "message", "message_start")
+        message = object_field(obj, "message", "message_start")
         role = message.get("role")
         if role != "assistant":
             raise protocol(f"a message with role {describe(role, 'role', ROLES)}")
@@ -196,7 +166,7 @@ class AnthropicEventValidator:
             raise protocol("message_start with content")
         usage = message.get("usage")
         if usage is not None:
-            self._usage(_dict(message, "usage", "message_start"))
+            self._usage(object_field(message, "usage", "message_start"))
         return ""
 
     def _usage(self, usage: dict[str, Any]) -> None:
@@ -215,19 +185,19 @@ class AnthropicEventValidator:
     def _block_start(self, obj: dict[str, Any]) -> str:
         if self._wrapping_up:
             raise protocol("a content block after message_delta")
-        index = _index(obj)
+        index = int_field(obj, "index")
         if self._open != -1:
             raise protocol("a content block started before the previous one stopped")
         if index != len(self._blocks):
             raise protocol("a content block out of order")
-        block = _dict(obj, "content_block", "content_block_start")
+        block = object_field(obj, "content_block", "content_block_start")
         kind = block.get("type")
         if kind not in BLOCK_TYPES:
             raise protocol(f"a content block of type {describe(kind, 'block type', BLOCK_TYPES)}")
         self._blocks.append(kind)
         self._open = index
         if kind == "text":
-            text = _string(block, "text", "a text block's text")
+            text = string_field(block, "text", "a text block's text")
             if text:
                 self._count(len(text))
                 self._parts.append(text)
@@ -243,9 +213,9 @@ class AnthropicEventValidator:
         return ""
 
     def _block_delta(self, obj: dict[str, Any]) -> str:
-        if _index(obj) != self._open or self._open == -1:
+        if int_field(obj, "index") != self._open or self._open == -1:
             raise protocol("a delta for a content block that is not open")
-        delta = _dict(obj, "delta", "content_block_delta")
+        delta = object_field(obj, "delta", "content_block_delta")
         kind = delta.get("type")
         block = _DELTA_BLOCK.get(kind) if type(kind) is str else None
         if block is None:
@@ -253,23 +223,23 @@ class AnthropicEventValidator:
         if block != self._blocks[self._open]:
             raise protocol(f"a {kind} in a {self._blocks[self._open]} block")
         if kind == "text_delta":
-            text = _string(delta, "text", "a text_delta's text")
+            text = string_field(delta, "text", "a text_delta's text")
             self._count(len(text))
             self._parts.append(text)
             return text
         if kind == "input_json_delta":
-            piece = _string(delta, "partial_json", "an input_json_delta's partial_json")
+            piece = string_field(delta, "partial_json", "an input_json_delta's partial_json")
             self._count(len(piece))
             self._args[-1].append(piece)
         elif kind == "thinking_delta":
-            thought = _string(delta, "thinking", "a thinking_delta's thinking")
+            thought = string_field(delta, "thinking", "a thinking_delta's thinking")
             self._thinking += len(thought)
             if self._thinking > self._max_chars:
                 raise LimitExceeded(f"the thinking is longer than {self._max_chars} characters")
         return ""
 
     def _block_stop(self, obj: dict[str, Any]) -> str:
-        if _index(obj) != self._open or self._open == -1:
+        if int_field(obj, "index") != self._open or self._open == -1:
             raise protocol("a content_block_stop for a block that is not open")
         self._open = -1
         return ""
@@ -278,7 +248,7 @@ class AnthropicEventValidator:
         if self._open != -1:
             raise protocol("message_delta inside a content block")
         self._wrapping_up = True
-        delta = _dict(obj, "delta", "message_delta")
+        delta = object_field(obj, "delta", "message_delta")
         stop = delta.get("stop_reason")
         if stop is not None:
             if type(stop) is not str:
@@ -288,7 +258,7 @@ class AnthropicEventValidator:
             self._stop = stop
         usage = obj.get("usage")
         if usage is not None:
-            self._usage(_dict(obj, "usage", "message_delta"))
+            self._usage(object_field(obj, "usage", "message_delta"))
         return ""
 
     def _message_stop(self, obj: dict[str, Any]) -> str:

@@ -54,7 +54,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from .._errors import LimitExceeded
 from ..events import ToolCall, Usage
 from ..sessions._ports import Completion
 from ._limits import StreamLimits
@@ -62,12 +61,16 @@ from ._sse import ServerSentEvent
 from ._stream import (
     ROLES,
     SSEStreamDecoder,
+    TypedEventValidator,
     describe,
     incomplete,
+    int_field,
     known_finish_reason,
     malformed,
+    object_field,
     protocol,
     provider_error,
+    string_field,
     typed_event,
     usage_from,
 )
@@ -91,27 +94,6 @@ class _Item:
         self.args: list[str] | None = None  # a function call's argument pieces
 
 
-def _dict(obj: dict[str, Any], key: str, what: str) -> dict[str, Any]:
-    value = obj.get(key)
-    if type(value) is not dict:
-        raise malformed(f"{what} has no {key} object")
-    return value
-
-
-def _int(obj: dict[str, Any], key: str) -> int:
-    value = obj.get(key)
-    if type(value) is not int:
-        raise malformed(f"an event has no integer {key}")
-    return value
-
-
-def _string(obj: dict[str, Any], key: str, what: str) -> str:
-    value = obj.get(key)
-    if type(value) is not str:
-        raise malformed(f"{what} is not a string")
-    return value
-
-
 def _usage(response: dict[str, Any]) -> Usage | None:
     usage = response.get("usage")
     if usage is None:
@@ -123,35 +105,20 @@ def _usage(response: dict[str, Any]) -> Usage | None:
     )
 
 
-class ResponsesEventValidator:
+class ResponsesEventValidator(TypedEventValidator):
     """Validates the events of one streamed Responses answer.
 
     :meth:`feed` returns the answer text an event adds (``""`` for none);
     :meth:`finish` returns the completion at the end of the stream.
     """
 
-    __slots__ = (
-        "_chars",
-        "_created",
-        "_depth",
-        "_end",
-        "_finish",
-        "_items",
-        "_max_chars",
-        "_parts",
-        "_refused",
-        "_usage",
-    )
+    __slots__ = ("_created", "_end", "_finish", "_items", "_refused", "_usage")
 
     def __init__(self, limits: StreamLimits | None = None) -> None:
-        lim = limits or StreamLimits()
-        self._max_chars = lim.max_output_chars
-        self._depth = lim.max_json_depth
+        super().__init__(limits)
         self._created = False
         self._end = ""  # the type of the last event once it came
         self._items: list[_Item] = []
-        self._parts: list[str] = []
-        self._chars = 0
         self._refused = False
         self._finish: str | None = None
         self._usage: Usage | None = None
@@ -167,14 +134,9 @@ class ResponsesEventValidator:
             raise protocol(f"a {kind} event before response.created")
         return handler(self, obj)
 
-    def _count(self, n: int) -> None:
-        self._chars += n
-        if self._chars > self._max_chars:
-            raise LimitExceeded(f"the answer is longer than {self._max_chars} characters")
-
     def _item(self, obj: dict[str, Any], kind: str) -> _Item:
         # The open item an event is about, of the kind it must be.
-        index = _int(obj, "output_index")
+        index = int_field(obj, "output_index")
         if not 0 <= index < len(self._items):
             raise protocol("an event for an output item that never started")
         item = self._items[index]
@@ -188,7 +150,7 @@ class ResponsesEventValidator:
     def _created_(self, obj: dict[str, Any]) -> str:
         if self._created:
             raise protocol("a second response.created")
-        _dict(obj, "response", "response.created")
+        object_field(obj, "response", "response.created")
         self._created = True
         return ""
 
@@ -196,9 +158,9 @@ class ResponsesEventValidator:
         return ""
 
     def _item_added(self, obj: dict[str, Any]) -> str:
-        if _int(obj, "output_index") != len(self._items):
+        if int_field(obj, "output_index") != len(self._items):
             raise protocol("an output item out of order")
-        item = _dict(obj, "item", "response.output_item.added")
+        item = object_field(obj, "item", "response.output_item.added")
         kind = item.get("type")
         if type(kind) is not str:
             raise malformed("an output item has no string type")
@@ -221,28 +183,28 @@ class ResponsesEventValidator:
 
     def _text_delta(self, obj: dict[str, Any]) -> str:
         item = self._item(obj, "message")
-        text = _string(obj, "delta", "an output_text delta")
+        text = string_field(obj, "delta", "an output_text delta")
         self._count(len(text))
-        item.parts.setdefault(_int(obj, "content_index"), []).append(text)
+        item.parts.setdefault(int_field(obj, "content_index"), []).append(text)
         self._parts.append(text)
         return text
 
     def _text_done(self, obj: dict[str, Any]) -> str:
         item = self._item(obj, "message")
-        text = _string(obj, "text", "output_text.done's text")
-        if text != "".join(item.parts.get(_int(obj, "content_index"), ())):
+        text = string_field(obj, "text", "output_text.done's text")
+        if text != "".join(item.parts.get(int_field(obj, "content_index"), ())):
             raise protocol("output_text.done differs from the streamed text")
         return ""
 
     def _refusal(self, obj: dict[str, Any]) -> str:
         self._item(obj, "message")
-        self._count(len(_string(obj, "delta", "a refusal delta")))
+        self._count(len(string_field(obj, "delta", "a refusal delta")))
         self._refused = True
         return ""
 
     def _args_delta(self, obj: dict[str, Any]) -> str:
         item = self._item(obj, "function_call")
-        piece = _string(obj, "delta", "a function call arguments delta")
+        piece = string_field(obj, "delta", "a function call arguments delta")
         self._count(len(piece))
         assert item.args is not None
         item.args.append(piece)
@@ -250,7 +212,7 @@ class ResponsesEventValidator:
 
     def _args_done(self, obj: dict[str, Any]) -> str:
         item = self._item(obj, "function_call")
-        self._settle_args(item, _string(obj, "arguments", "a function call's arguments"))
+        self._settle_args(item, string_field(obj, "arguments", "a function call's arguments"))
         return ""
 
     def _settle_args(self, item: _Item, args: str) -> None:
@@ -261,11 +223,11 @@ class ResponsesEventValidator:
         item.args = [args]
 
     def _item_done(self, obj: dict[str, Any]) -> str:
-        index = _int(obj, "output_index")
+        index = int_field(obj, "output_index")
         if not 0 <= index < len(self._items) or self._items[index].done:
             raise protocol("output_item.done for an item that is not open")
         item = self._items[index]
-        done = _dict(obj, "item", "response.output_item.done")
+        done = object_field(obj, "item", "response.output_item.done")
         if done.get("type") != item.kind:
             raise protocol("an output item changed its type")
         if item.kind == "function_call":
@@ -281,7 +243,7 @@ class ResponsesEventValidator:
 
     def _completed(self, obj: dict[str, Any]) -> str:
         self._end = "response.completed"
-        response = _dict(obj, "response", "response.completed")
+        response = object_field(obj, "response", "response.completed")
         if response.get("status", "completed") != "completed":
             raise protocol("response.completed whose status is not completed")
         output = response.get("output")
@@ -315,7 +277,7 @@ class ResponsesEventValidator:
 
     def _incomplete(self, obj: dict[str, Any]) -> str:
         self._end = "response.incomplete"
-        response = _dict(obj, "response", "response.incomplete")
+        response = object_field(obj, "response", "response.incomplete")
         details = response.get("incomplete_details")
         reason = details.get("reason") if type(details) is dict else None
         if type(reason) is not str:

@@ -39,12 +39,16 @@ __all__ = [
     "EventValidator",
     "ResponseDecoder",
     "SSEStreamDecoder",
+    "TypedEventValidator",
     "describe",
     "incomplete",
+    "int_field",
     "known_finish_reason",
     "malformed",
+    "object_field",
     "protocol",
     "provider_error",
+    "string_field",
     "typed_event",
     "usage_from",
 ]
@@ -208,6 +212,30 @@ def typed_event(event: ServerSentEvent, max_depth: int) -> tuple[str, dict[str, 
     return kind, obj
 
 
+def object_field(obj: dict[str, Any], key: str, what: str) -> dict[str, Any]:
+    """``obj[key]``, which must be a JSON object (``what`` names ``obj``)."""
+    value = obj.get(key)
+    if type(value) is not dict:
+        raise malformed(f"{what} has no {key} object")
+    return value
+
+
+def string_field(obj: dict[str, Any], key: str, what: str) -> str:
+    """``obj[key]``, which must be a string (``what`` names the field)."""
+    value = obj.get(key)
+    if type(value) is not str:
+        raise malformed(f"{what} is not a string")
+    return value
+
+
+def int_field(obj: dict[str, Any], key: str) -> int:
+    """``obj[key]``, which must be an integer."""
+    value = obj.get(key)
+    if type(value) is not int:
+        raise malformed(f"an event has no integer {key}")
+    return value
+
+
 def usage_from(prompt: Any, completion: Any, total: Any = None) -> Usage:
     """Token counts, type-checked; ``total`` defaults to the sum."""
     p = _count(prompt, "prompt")
@@ -307,6 +335,25 @@ class BodyDecoder(ResponseDecoder):
 
     @abstractmethod
     def _parse(self, text: str) -> Completion: ...
+
+
+class TypedEventValidator:
+    """What the validators of typed SSE events (Anthropic, Responses) share:
+    the answer's pieces and their limit."""
+
+    __slots__ = ("_chars", "_depth", "_max_chars", "_parts")
+
+    def __init__(self, limits: StreamLimits | None = None) -> None:
+        lim = limits or StreamLimits()
+        self._max_chars = lim.max_output_chars
+        self._depth = lim.max_json_depth
+        self._parts: list[str] = []
+        self._chars = 0
+
+    def _count(self, n: int) -> None:
+        self._chars += n
+        if self._chars > self._max_chars:
+            raise LimitExceeded(f"the answer is longer than {self._max_chars} characters")
 
 
 class EventValidator(Protocol):
