@@ -40,10 +40,11 @@ RUNTIME = "turnledger.sessions._runtime"
 #: what an import really loads, below, rather than by their import lines).
 LAZY = {"turnledger.sessions"}
 #: Pure modules outside those folders: the error types, the public SSE
-#: decoder and the protocol decoders the provider adapters drive.
+#: decoder, the text escapes and the protocol decoders the provider adapters drive.
 PURE_ELSEWHERE = [
     "turnledger._errors",
     "turnledger.sse",
+    "turnledger.text",
     "turnledger.adapters.providers._utf8",
     "turnledger.adapters.providers._lines",
     "turnledger.adapters.providers._sse",
