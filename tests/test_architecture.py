@@ -33,27 +33,18 @@ def _modules(folder: str, *, recursive: bool = False) -> list[str]:
 
 
 #: The folders of the pure core: every module in them, by glob.
-PURE_FOLDERS = ["turnledger.events", "turnledger.sessions"]
+PURE_FOLDERS = ["turnledger.events", "turnledger.sessions", "turnledger.wire"]
 #: Where the trio runtime of sessions lives (allowed trio and structlog).
-RUNTIME = "turnledger.sessions._runtime"
+RUNTIME = "turnledger.runtime"
 #: The package files that load the runtime lazily, on first use (checked by
 #: what an import really loads, below, rather than by their import lines).
 LAZY = {"turnledger.sessions"}
 #: Pure modules outside those folders: the error types, the public SSE
-#: decoder, the text escapes and the protocol decoders the provider adapters drive.
+#: decoder, the text escapes and the retry arithmetic the provider adapters use.
 PURE_ELSEWHERE = [
     "turnledger._errors",
     "turnledger.sse",
     "turnledger.text",
-    "turnledger.adapters.providers._utf8",
-    "turnledger.adapters.providers._lines",
-    "turnledger.adapters.providers._sse",
-    "turnledger.adapters.providers._strict_json",
-    "turnledger.adapters.providers._ndjson",
-    "turnledger.adapters.providers._limits",
-    "turnledger.adapters.providers._stream",
-    "turnledger.adapters.providers._openai_chunks",
-    "turnledger.adapters.providers._ollama_chunks",
     "turnledger.adapters.providers._retry",
 ]
 PURE = [
@@ -77,6 +68,7 @@ def test_the_folders_hold_what_the_tree_says() -> None:
     # the runtime really is a subpackage of its own.
     assert "turnledger.sessions._machine" in PURE
     assert "turnledger.events.codec" in PURE
+    assert "turnledger.wire._sse" in PURE and "turnledger.wire._openai_chunks" in PURE
     runtime = _modules(RUNTIME)
     assert f"{RUNTIME}._hub" in runtime and f"{RUNTIME}._actor" in runtime
     assert not set(runtime) & set(PURE)
@@ -142,6 +134,10 @@ def test_the_checker_catches_an_io_import() -> None:
 def test_sessions_never_import_adapters() -> None:
     for module in _modules("turnledger.sessions", recursive=True):
         assert not any(i.startswith("turnledger.adapters") for i in _imports(module)), module
+    for module in _modules("turnledger.wire", recursive=True):
+        assert not any(
+            i.startswith(("turnledger.adapters", "turnledger.runtime")) for i in _imports(module)
+        ), module
     for module in _modules("turnledger.events", recursive=True):
         assert not any(
             i.startswith(("turnledger.adapters", "turnledger.sessions")) for i in _imports(module)
@@ -185,3 +181,94 @@ def test_importing_the_pure_modules_loads_no_io_library() -> None:
     code = "import sys, turnledger.sessions as s; s.open_hub; print('trio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+# --- import circles -------------------------------------------------------------
+# A circle of imports, even one that exists only for type hints, ties the
+# modules on it into one unit that cannot be read, loaded or moved alone.
+# The graph has an edge for every import statement of a module (top level,
+# under TYPE_CHECKING and inside functions); ``from pkg import name`` points at
+# ``pkg.name`` when that is a module, else at ``pkg``. Importing ``a.b.c``
+# runs ``a/__init__`` first, but that is the package's own business, not an
+# edge of the importing module.
+
+
+def _module_graph() -> dict[str, set[str]]:
+    modules = {
+        ".".join(("turnledger", *p.relative_to(SRC).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        ): p
+        for p in SRC.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base) + (f".{node.module}" if node.module else "")
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    if f"{target}.{alias.name}" in modules:
+                        edges.add(f"{target}.{alias.name}")
+                    elif target in modules:
+                        edges.add(target)
+        edges.discard(module)
+        graph[module] = edges
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles() -> None:
+    graph = _module_graph()
+    assert "turnledger.runtime._actor" in graph and "turnledger.wire._sse" in graph
+    assert "turnledger.runtime._context" in graph["turnledger.runtime._actor"]
+    assert _circles(graph) == []
+
+
+def test_the_circle_check_can_fail() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(graph) == [["a", "b", "c"]]
+    # and it sees a circle that runs through a type-only import
+    graph = _module_graph()
+    graph["turnledger.runtime._context"].add("turnledger.runtime._actor")
+    assert ["turnledger.runtime._actor", "turnledger.runtime._context"] in _circles(graph)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 
-from turnledger.sessions._runtime._log import EVENTS, FIELDS
+from turnledger.runtime._log import EVENTS, FIELDS
 
 RUN = """
 import trio

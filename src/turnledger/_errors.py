@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .events import DiscardReason
+    from .events._events import DiscardReason
 
 __all__ = [
     "CodecError",

@@ -15,10 +15,9 @@ When a read holds whole events followed by a fault (a line over the limit),
 
 Invalid UTF-8 raises :class:`~turnledger.DecodeError` (never U+FFFD); lines,
 events and the number of events are bounded by
-:class:`~turnledger.adapters.providers.StreamLimits` (``LimitExceeded``).
+:class:`~turnledger.wire.StreamLimits` (``LimitExceeded``).
 """
 
-from .adapters.providers._limits import StreamLimits
-from .adapters.providers._sse import ServerSentEvent, SSEDecoder
+from .wire import ServerSentEvent, SSEDecoder, StreamLimits
 
 __all__ = ["SSEDecoder", "ServerSentEvent", "StreamLimits"]

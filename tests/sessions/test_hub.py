@@ -32,6 +32,8 @@ from turnledger.events import (
     TurnSubmitted,
     Window,
 )
+from turnledger.runtime import _hub
+from turnledger.runtime._log import EVENTS, FIELDS
 from turnledger.sessions import (
     ChatMessage,
     CommittedResult,
@@ -40,8 +42,6 @@ from turnledger.sessions import (
     Turn,
     open_hub,
 )
-from turnledger.sessions._runtime import _hub
-from turnledger.sessions._runtime._log import EVENTS, FIELDS
 from turnledger.testing import (
     Begin,
     Chunk,

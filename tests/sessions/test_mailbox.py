@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from turnledger.sessions._runtime._mailbox import Mailbox
+from turnledger.runtime._mailbox import Mailbox
 
 
 async def woken_by(box: Mailbox[int], wake: Callable[[], None]) -> list[int]:

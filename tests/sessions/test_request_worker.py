@@ -8,8 +8,8 @@ import trio
 from trio.testing import wait_all_tasks_blocked
 
 from turnledger.events import CompletionIgnored, RequestId, TurnCommitted, TurnDiscarded
+from turnledger.runtime._actor import KEEP_REQUEST_TASK
 from turnledger.sessions import CommittedResult, DiscardedResult, open_hub
-from turnledger.sessions._runtime._actor import KEEP_REQUEST_TASK
 from turnledger.testing import Begin, Finish, Hang, Hook, ScriptedProvider, Step
 
 from ._helpers import HookedStore, events_of

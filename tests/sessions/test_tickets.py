@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from turnledger.sessions._runtime._tickets import Ticket
+from turnledger.runtime._tickets import Ticket
 
 
 def _nobody_parked(ticket: Ticket) -> bool:

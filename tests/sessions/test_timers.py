@@ -7,7 +7,7 @@ import math
 import trio
 import trio.testing
 
-from turnledger.sessions._runtime._timers import Timers
+from turnledger.runtime._timers import Timers
 
 
 class FakeTurn:

@@ -6,7 +6,7 @@ The tree shows the boundary. The modules of this folder are the pure core:
 request encoder), ``_replay`` and ``_diagram``; they import no trio, httpx,
 sqlite3 or structlog (``tests/test_architecture.py`` checks every module of
 the folder). The trio runtime (``open_hub`` and its types: hub, actors,
-tickets, log vocabulary) lives in the ``_runtime`` subpackage. It stays
+tickets, log vocabulary) lives in :mod:`turnledger.runtime`. It stays
 imported lazily, on first use (``__getattr__`` below), so that importing the
 pure part never loads trio: measured with ``python -X importtime``, the pure
 package takes about 90 ms and the runtime adds about 110 ms more (trio and
@@ -85,7 +85,7 @@ from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResu
 from ._tools import Tool, ToolError, ToolInvocation
 
 if _TYPE_CHECKING:
-    from ._runtime import Hub, HubStatistics, TurnHandle, open_hub
+    from ..runtime import Hub, HubStatistics, TurnHandle, open_hub
 
 __all__ = [
     "EVENT_TRANSITIONS",
@@ -160,8 +160,8 @@ _LAZY = {"Hub", "HubStatistics", "TurnHandle", "open_hub"}
 def __getattr__(name: str) -> _Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import _runtime
+    from .. import runtime
 
-    value = getattr(_runtime, name)
+    value = getattr(runtime, name)
     globals()[name] = value
     return value

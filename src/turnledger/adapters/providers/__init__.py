@@ -1,7 +1,7 @@
 """Provider adapters: chat models behind HTTP, through a strict streaming boundary.
 
-Layers, each pure and separately usable (they import no trio, httpx or
-structlog)::
+The pure decoders live in :mod:`turnledger.wire` (re-exported here); this
+package holds the httpx shells that drive them. The layers::
 
     bytes --Utf8Decoder--> text --SSEDecoder / NDJSONDecoder--> frames
           --loads_object--> JSON --OpenAIChunkValidator / OllamaLineValidator--> turn
@@ -17,20 +17,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ._limits import StreamLimits
-from ._ndjson import NDJSONDecoder
-from ._ollama_chunks import OllamaLineValidator, OllamaResponseDecoder, OllamaStreamDecoder
-from ._openai_chunks import (
+from ...wire import (
+    NDJSONDecoder,
+    OllamaLineValidator,
+    OllamaResponseDecoder,
+    OllamaStreamDecoder,
     OpenAIChunkValidator,
     OpenAIResponseDecoder,
     OpenAIStreamDecoder,
+    ResponseDecoder,
+    ServerSentEvent,
+    SSEDecoder,
+    StreamLimits,
+    Utf8Decoder,
+    loads_object,
+    loads_strict,
     parse_openai_completion,
 )
 from ._retry import RetryPolicy, parse_retry_after
-from ._sse import ServerSentEvent, SSEDecoder
-from ._stream import ResponseDecoder
-from ._strict_json import loads_object, loads_strict
-from ._utf8 import Utf8Decoder
 
 if _TYPE_CHECKING:
     from ._http import map_httpx_error

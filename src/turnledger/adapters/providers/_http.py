@@ -38,9 +38,9 @@ from ..._logging import library_logger
 from ...sessions._ports import ChatRequest, Completion, ModelInfo, StreamSink
 from ...sessions._request import JsonChatEncoder, RequestEncoder, ToolFormat
 from ...sessions._windows import plausible_window
-from ._limits import StreamLimits
+from ...wire._limits import StreamLimits
+from ...wire._stream import MEDIA_TYPES, BodyDecoder, ResponseDecoder, describe
 from ._retry import RetryPolicy
-from ._stream import MEDIA_TYPES, BodyDecoder, ResponseDecoder, describe
 
 __all__ = [
     "DESCRIBE_TIMEOUT",

@@ -11,9 +11,9 @@ import httpx
 from ...events import ToolSpec
 from ...sessions._ports import ModelInfo
 from ...sessions._request import ChatMessage, JsonChatEncoder
+from ...wire._limits import StreamLimits
+from ...wire._ollama_chunks import OllamaResponseDecoder, OllamaStreamDecoder
 from ._http import HTTPChatProvider, merge_extra, window_from
-from ._limits import StreamLimits
-from ._ollama_chunks import OllamaResponseDecoder, OllamaStreamDecoder
 from ._retry import RetryPolicy
 
 __all__ = ["DEFAULT_OLLAMA_TIMEOUT", "OllamaChat"]

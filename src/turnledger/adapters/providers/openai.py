@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
+from ...wire._limits import StreamLimits
+from ...wire._openai_chunks import OpenAIResponseDecoder, OpenAIStreamDecoder
 from ._http import HTTPChatProvider, merge_extra, window_from
-from ._limits import StreamLimits
-from ._openai_chunks import OpenAIResponseDecoder, OpenAIStreamDecoder
 from ._retry import RetryPolicy
 
 __all__ = ["DEFAULT_TIMEOUT", "OpenAIChat"]

@@ -21,7 +21,7 @@ errors come in stream order whatever the read sizes.
 
 from __future__ import annotations
 
-from ..._errors import LimitExceeded
+from .._errors import LimitExceeded
 
 __all__ = ["LineSplitter"]
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Final
 
-from ..._errors import DecodeError, LimitExceeded, ProviderError, StreamProtocolError
-from ...events import Usage
-from ...sessions._ports import Completion
+from .._errors import DecodeError, LimitExceeded, ProviderError, StreamProtocolError
+from ..events import Usage
+from ..sessions._ports import Completion
 from ._limits import StreamLimits
 from ._utf8 import Utf8Decoder
 

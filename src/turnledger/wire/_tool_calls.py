@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..._errors import DecodeError, LimitExceeded
-from ...events import ToolCall
+from .._errors import DecodeError, LimitExceeded
+from ..events import ToolCall
 from ._stream import protocol
 from ._strict_json import loads_object
 

@@ -13,10 +13,10 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ...events import WindowSource
-from .._messages import Start
-from .._ports import DescribesModels, ModelInfo, Provider
-from .._windows import default_output_reserve, fallback_window, plausible_window
+from ..events import WindowSource
+from ..sessions._messages import Start
+from ..sessions._ports import DescribesModels, ModelInfo, Provider
+from ..sessions._windows import default_output_reserve, fallback_window, plausible_window
 
 __all__ = ["DESCRIBE_TIMEOUT", "WindowCache"]
 

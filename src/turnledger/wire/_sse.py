@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ..._errors import LimitExceeded, ProviderError
+from .._errors import LimitExceeded, ProviderError
 from ._limits import StreamLimits
 from ._lines import LineSplitter
 from ._utf8 import Utf8Decoder

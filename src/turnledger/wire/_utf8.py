@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import codecs
 
-from ..._errors import DecodeError
+from .._errors import DecodeError
 
 __all__ = ["Utf8Decoder"]
 

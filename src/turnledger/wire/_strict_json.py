@@ -51,7 +51,7 @@ from typing import Any
 
 import orjson
 
-from ..._errors import DecodeError
+from .._errors import DecodeError
 
 __all__ = ["loads_object", "loads_strict"]
 

@@ -23,9 +23,9 @@ commits only ``"stop"`` (``length``, ``load``, a missing reason: discarded).
 
 from __future__ import annotations
 
-from ..._errors import LimitExceeded
-from ...events import ToolCall, Usage
-from ...sessions._ports import Completion
+from .._errors import LimitExceeded
+from ..events import ToolCall, Usage
+from ..sessions._ports import Completion
 from ._limits import StreamLimits
 from ._ndjson import NDJSONDecoder
 from ._stream import (

@@ -50,9 +50,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._errors import LimitExceeded, ProviderError
-from ...events import Usage
-from ...sessions._ports import Completion
+from .._errors import LimitExceeded, ProviderError
+from ..events import Usage
+from ..sessions._ports import Completion
 from ._limits import StreamLimits
 from ._sse import ServerSentEvent, SSEDecoder
 from ._stream import (

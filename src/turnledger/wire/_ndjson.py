@@ -14,7 +14,7 @@ stream order, as in the SSE decoder.
 
 from __future__ import annotations
 
-from ..._errors import LimitExceeded, ProviderError
+from .._errors import LimitExceeded, ProviderError
 from ._limits import StreamLimits
 from ._lines import LineSplitter
 from ._utf8 import Utf8Decoder

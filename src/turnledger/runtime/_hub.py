@@ -25,9 +25,9 @@ from typing import final
 import attrs
 import trio
 
-from ..._errors import InvalidCommand, SessionClosed
-from ..._loops import require_trio
-from ...events import (
+from .._errors import InvalidCommand, SessionClosed
+from .._loops import require_trio
+from ..events import (
     DEFAULT_CODEC,
     EventStore,
     HistoryPolicy,
@@ -36,13 +36,13 @@ from ...events import (
     RequestId,
     ToolErrorPolicy,
 )
-from .._history import Turn
-from .._machine import SessionState, replay
-from .._messages import Cancel, Start, Submit
-from .._ports import Provider
-from .._projection import Budget, CharTokenEstimator, TokenEstimator
-from .._results import TurnResult
-from .._tools import Tool
+from ..sessions._history import Turn
+from ..sessions._machine import SessionState, replay
+from ..sessions._messages import Cancel, Start, Submit
+from ..sessions._ports import Provider
+from ..sessions._projection import Budget, CharTokenEstimator, TokenEstimator
+from ..sessions._results import TurnResult
+from ..sessions._tools import Tool
 from ._actor import KEEP_REQUEST_TASK, Actor, Item
 from ._context import Config, Counters, Runtime
 from ._tickets import Ticket

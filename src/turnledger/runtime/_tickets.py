@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from .._results import TurnResult
+from ..sessions._results import TurnResult
 
 __all__ = ["Ticket"]
 

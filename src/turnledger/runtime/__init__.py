@@ -1,10 +1,10 @@
 """The trio runtime of sessions: the hub, the session actors and their log.
 
-Everything that runs, waits or writes lives here; the pure core it drives
-(``decide``/``evolve``, the projection, the request encoder, the ``Provider``
-port) lives one level up, in :mod:`turnledger.sessions`, and never imports
-this package. (trio's ``_core`` is the model: a private package whose public
-names are re-exported by the package above it.)
+Everything that runs, waits or writes for a session lives here; the pure
+core it drives (``decide``/``evolve``, the projection, the request encoder,
+the ``Provider`` port) lives in :mod:`turnledger.sessions` and never imports
+this package. ``turnledger.sessions`` re-exports :func:`open_hub` and the hub's
+types lazily, so ``from turnledger.sessions import open_hub`` keeps working.
 
 Modules:
 

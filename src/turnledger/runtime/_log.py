@@ -13,8 +13,8 @@ from typing import Any, Final
 
 import structlog
 
-from ..._logging import library_logger
-from ...events import (
+from .._logging import library_logger
+from ..events import (
     WIRE_TAGS,
     CompletionIgnored,
     Event,
@@ -29,8 +29,8 @@ from ...events import (
     TurnSubmitted,
     Usage,
 )
-from .._machine import SessionState, current_request, ending_of
-from .._messages import (
+from ..sessions._machine import SessionState, current_request, ending_of
+from ..sessions._messages import (
     Cancel,
     Completed,
     Failed,

@@ -10,21 +10,23 @@ the hub itself: which actors exist and which are stopping is the hub's alone
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 import trio
 
-from ...events import EventStore
-from .._messages import Start
-from .._ports import Provider
-from .._projection import Budget, TokenEstimator
-from .._tools import Tool
+from ..events import EventStore
+from ..sessions._messages import Start
+from ..sessions._ports import Provider
+from ..sessions._projection import Budget, TokenEstimator
+from ..sessions._tools import Tool
 from ._timers import Timers
 from ._window import WindowCache
 
-if TYPE_CHECKING:
-    from ._actor import Actor
+#: The actor type a :class:`Routing` routes to. A type parameter rather than
+#: an import of ``_actor``, which imports this module: no circle, even for types.
+A = TypeVar("A")
+A_contra = TypeVar("A_contra", contravariant=True)
 
 __all__ = ["Config", "Counters", "Routing", "Runtime"]
 
@@ -90,25 +92,25 @@ class Counters:
         self.events = 0
 
 
-class Routing(Protocol):
+class Routing(Protocol[A_contra]):
     """How an actor tells its hub where it stands; the hub keeps the table."""
 
-    def started(self, actor: Actor) -> None:
+    def started(self, actor: A_contra) -> None:
         """The actor recovered its state: route its session to it."""
         ...
 
-    def stopping(self, actor: Actor) -> None:
+    def stopping(self, actor: A_contra) -> None:
         """The actor is stopping: route nothing more to it, and make
         whoever wants its session wait until :meth:`stopped`."""
         ...
 
-    def stopped(self, actor: Actor) -> None:
+    def stopped(self, actor: A_contra) -> None:
         """The actor has released its session; a new one may start."""
         ...
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class Runtime:
+class Runtime(Generic[A]):
     """Everything a session actor needs from the hub that started it."""
 
     store: EventStore
@@ -119,7 +121,7 @@ class Runtime:
     counters: Counters
     #: Where request tasks run (the hub's nursery).
     nursery: trio.Nursery
-    routing: Routing
+    routing: Routing[A]
     #: The deadline and idle timers of the turns in flight.
     timers: Timers
     #: Tool functions by name: the hub's, and those given to open_session.

@@ -52,8 +52,8 @@ import attrs
 import structlog
 import trio
 
-from ..._errors import ConcurrencyConflict, InvalidCommand, ProviderError, SessionClosed, StoreError
-from ...events import (
+from .._errors import ConcurrencyConflict, InvalidCommand, ProviderError, SessionClosed, StoreError
+from ..events import (
     DEFAULT_CODEC,
     DISCARD_REASONS,
     CompletionIgnored,
@@ -69,7 +69,7 @@ from ...events import (
     TurnRetried,
     TurnSubmitted,
 )
-from .._machine import (
+from ..sessions._machine import (
     Pending,
     SessionState,
     Streaming,
@@ -82,7 +82,7 @@ from .._machine import (
     replay,
     request_messages,
 )
-from .._messages import (
+from ..sessions._messages import (
     Completed,
     Failed,
     Failure,
@@ -94,9 +94,15 @@ from .._messages import (
     Timeout,
     ToolDone,
 )
-from .._ports import ChatRequest
-from .._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult, result_of
-from .._tools import Tool, ToolError, ToolInvocation, result_text
+from ..sessions._ports import ChatRequest
+from ..sessions._results import (
+    CommittedResult,
+    DiscardedResult,
+    RejectedResult,
+    TurnResult,
+    result_of,
+)
+from ..sessions._tools import Tool, ToolError, ToolInvocation, result_text
 from ._context import Runtime
 from ._log import bind_request_id, get_logger, is_enabled, message_fields, transition_fields
 from ._mailbox import Mailbox
@@ -400,7 +406,7 @@ class Actor:
         "state",
     )
 
-    def __init__(self, rt: Runtime, session_id: str, start: Start) -> None:
+    def __init__(self, rt: Runtime[Actor], session_id: str, start: Start) -> None:
         self.rt = rt
         self.session_id = session_id
         self._start = start
