@@ -212,25 +212,31 @@ def _hostile_db(tmp_path: Path) -> tuple[str, Path]:
     return sid, db
 
 
+_READ_ROWS = """
+const text = (el, css) => el.querySelector(css)?.innerText ?? null;
+return [
+  [...document.querySelectorAll("#timeline .row")].map((row) => ({
+    id: row.dataset.requestId, rid: text(row, ".rid"), question: text(row, ".question"),
+    badge: text(row, ".badge"), late: row.querySelector(".mark.late")?.title ?? null,
+  })),
+  [...document.querySelectorAll("#history .a")].map((a) => a.innerText),
+];"""
+
+
 def _shown_as_text(driver: Any) -> None:
-    rows = _wait(driver, "#timeline .row", len(PAYLOADS))
-    assert len(rows) == len(PAYLOADS)
-    history = driver.find_element("css selector", "#history")
-    answers = [a.text for a in history.find_elements("css selector", ".a")]
-    for i, p in enumerate(PAYLOADS):
-        rid = f"r{i} {p}"
-        row = _row(driver, rid)
-        assert row.find_element("css selector", ".rid").text == visible(_clip(rid, 40))
-        badge = row.find_element("css selector", ".badge").text
+    _wait(driver, "#timeline .row", len(PAYLOADS))
+    rows, answers = driver.execute_script(_READ_ROWS)
+    assert [r["id"] for r in rows] == [f"r{i} {p}" for i, p in enumerate(PAYLOADS)]
+    for i, (p, row) in enumerate(zip(PAYLOADS, rows, strict=True)):
+        assert row["rid"] == visible(_clip(row["id"], 40))
         kind = KINDS[i % 3]
         if kind == "committed":  # the question, the answer, the late outcome
-            assert row.find_element("css selector", ".question").text == visible(_clip(p, 90))
+            assert row["question"] == visible(_clip(p, 90))
             assert visible(p) in answers
-            late = row.find_element("css selector", ".mark.late").get_attribute("title")
-            assert late == f"late answer ({visible(p)})"
+            assert row["late"] == f"late answer ({visible(p)})"
         else:  # the detail
             reason = "provider_error" if kind == "discarded" else "empty_question"
-            assert badge == f"{kind}: {reason} ({visible(_clip(p, 40))})"
+            assert row["badge"] == f"{kind}: {reason} ({visible(_clip(p, 40))})"
 
 
 def test_payloads_in_every_stored_field_never_run_on_the_static_page(
