@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from turnledger import ProviderError
 from turnledger.adapters.providers import (
+    AnthropicChat,
     AnthropicEventValidator,
     AnthropicStreamDecoder,
     ResponsesEventValidator,
@@ -21,17 +23,19 @@ from turnledger.adapters.providers import (
     ServerSentEvent,
     StreamLimits,
 )
-from turnledger.events import ToolCall, Usage
-from turnledger.sessions import Completion
+from turnledger.events import RequestId, ToolCall, Usage
+from turnledger.sessions import ChatMessage, ChatRequest, Completion
 from turnledger.testing import (
     anthropic_error_event,
     anthropic_sse_events,
+    anthropic_stream_reply,
+    open_loopback_server,
     responses_error_event,
     responses_sse_events,
     sse_event,
 )
 
-from ._helpers import decode_reads, every_split, random_splits, splits
+from ._helpers import Sink, decode_reads, every_split, random_splits, splits
 
 CALLS = (ToolCall("call_a", "clock", "{}"), ToolCall("call_b", "calc", '{"expr":"6*7"}'))
 TEXT = '你好，Java 🌱 and "quotes" \\ too'
@@ -259,13 +263,21 @@ def test_unknown_event_types_are_skipped() -> None:
     assert isinstance(c, Completion) and c.answer == "Hello there"
 
 
-def test_thinking_is_counted_never_answer_text() -> None:
-    data = b"".join(anthropic_sse_events("Answer.", thinking="Let me think it over."))
-    validator = AnthropicEventValidator()
-    from turnledger.adapters.providers import SSEDecoder
-
-    text = "".join(validator.feed(e) for e in SSEDecoder().decode(data))
-    assert text == "Answer." and validator.thinking_chars == len("Let me think it over.")
+@pytest.mark.loopback
+async def test_thinking_is_logged_as_metadata_never_answer_text() -> None:
+    request = ChatRequest(RequestId("t"), "claude-x", (ChatMessage("user", "Q?"),))
+    reply = anthropic_stream_reply("Answer.", thinking="Let me think it over.")
+    async with (
+        open_loopback_server(reply) as server,
+        AnthropicChat(base_url=server.base_url, trust_env=False) as provider,
+    ):
+        sink = Sink()
+        with capture_logs() as logs:
+            completion = await provider.complete(request, sink)
+    assert completion.answer == "".join(sink.deltas) == "Answer."
+    (ended,) = [line for line in logs if line["event"] == "provider_response_ended"]
+    assert ended["thinking_chars"] == len("Let me think it over.")
+    assert "Let me think" not in repr(logs)
 
 
 def test_limits() -> None:

@@ -143,6 +143,9 @@ class AnthropicEventValidator(TypedEventValidator):
         """Characters of thinking received (never part of the answer)."""
         return self._thinking
 
+    def metadata(self) -> dict[str, int]:
+        return {"thinking_chars": self._thinking} if self._thinking else {}
+
     def feed(self, event: ServerSentEvent) -> str:
         if self._stopped:
             raise protocol("an event after message_stop")

@@ -271,6 +271,11 @@ class ResponseDecoder(ABC):
     def bytes_read(self) -> int:
         return self._bytes
 
+    def metadata(self) -> dict[str, int]:
+        """Counts about the response that are not the answer (Anthropic's
+        thinking characters, say), for a log line; empty by default."""
+        return {}
+
     def check(self) -> None:
         """Raise the pending error, if any."""
         if self._error is not None:
@@ -412,3 +417,7 @@ class SSEStreamDecoder(ResponseDecoder):
     def _finish(self) -> Completion:
         self._sse.flush()
         return self._validator.finish(dropped=self._sse.dropped)
+
+    def metadata(self) -> dict[str, int]:
+        counts = getattr(self._validator, "metadata", None)
+        return counts() if counts is not None else {}

@@ -320,6 +320,7 @@ class ChatTransport:
             bytes=decoder.bytes_read,
             answer_chars=len(completion.answer),
             finish_reason=completion.finish_reason,
+            **decoder.metadata(),
         )
         return completion
 
