@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 import trio
 
-from ..adapters.providers._kinds import PROVIDER_KINDS
+from ..adapters.providers import PROVIDER_KINDS
 
 __all__ = ["ServeOptionsError", "add_serve_arguments", "run_serve"]
 
