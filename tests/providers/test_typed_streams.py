@@ -253,6 +253,19 @@ def test_responses_failures(name: str) -> None:
     assert responses(*events) == expected
 
 
+def test_a_long_answer_commits_though_the_closing_events_repeat_it_whole() -> None:
+    # The Responses API repeats the answer in four closing events, each on
+    # one line: far longer than the per-line limit of the chat protocols.
+    text = "你好 🌱 \u0001 " * 3000
+    events = responses_sse_events(text, chunk_size=50)
+    assert max(map(len, events)) > 6 * StreamLimits().max_line_chars
+    c = responses(*events)
+    assert isinstance(c, Completion) and c.answer == text
+    # and the answer's own limit still holds
+    limits = StreamLimits(max_output_chars=len(text) - 1)
+    assert decode_reads(ResponsesStreamDecoder, [b"".join(events)], limits)[1] == "limit"
+
+
 def test_unknown_event_types_are_skipped() -> None:
     # Both vendors add event types; only the known ones can carry text.
     extra = typed("content_block_future", index=0, text="not the answer")

@@ -54,6 +54,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import attrs
+
 from ..events import ToolCall, Usage
 from ..sessions._ports import Completion
 from ._limits import StreamLimits
@@ -330,7 +332,25 @@ _HANDLERS: Final[Mapping[str, _Handler]] = {
 
 
 class ResponsesStreamDecoder(SSEStreamDecoder):
-    """Bytes of a streamed ``/v1/responses`` response to preview and completion."""
+    """Bytes of a streamed ``/v1/responses`` response to preview and completion.
+
+    The closing events (``output_text.done``, ``content_part.done``,
+    ``output_item.done``, ``response.completed``) each repeat the whole
+    answer on one line, so the line and event limits are raised to hold an
+    answer of ``max_output_chars`` written with JSON's longest escapes (6
+    characters each) and 64 KiB besides; every other limit is as given.
+    """
 
     __slots__ = ()
     _validator_class = ResponsesEventValidator
+
+    def __init__(self, limits: StreamLimits | None = None) -> None:
+        lim = limits or StreamLimits()
+        whole = 6 * lim.max_output_chars + 65_536
+        super().__init__(
+            attrs.evolve(
+                lim,
+                max_line_chars=max(lim.max_line_chars, whole),
+                max_event_chars=max(lim.max_event_chars, whole),
+            )
+        )
