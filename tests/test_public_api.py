@@ -19,9 +19,9 @@ PUBLIC: dict[str, str] = {
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
-        "WIRE_TAGS CompletionIgnored DiscardReason Event EventCodec EventDecoder EventStore "
-        "HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId SessionId "
-        "SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
+        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Event EventCodec "
+        "EventDecoder EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason "
+        "RequestId SessionId SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
         "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
         "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource"
     ),

@@ -110,7 +110,7 @@ import attrs
 import trio
 
 from ..._errors import LeaseLost, StoreError, StoreUnavailable
-from ...events import EventDecoder, StoredEvent
+from ...events import BaseEventStore, EventDecoder, StoredEvent
 from ._common import check_batch, rows_to_events
 from ._io_thread import Append as _Append
 from ._io_thread import Call as _Call
@@ -155,7 +155,7 @@ class SessionLease:
     live: bool
 
 
-class PostgresStore:
+class PostgresStore(BaseEventStore):
     """An :class:`~turnledger.events.EventStore` in a PostgreSQL table.
 
     Open it with :meth:`open`; close it with :meth:`aclose` (or ``async with``).
