@@ -120,6 +120,8 @@ from ._phases import (
 from ._projection import Budget, build_messages, plan, tools_tokens
 from ._request import ChatMessage
 
+# The phases, their queries and the session's token cap are named here too,
+# for the code that takes them from the machine (the runtime, the package).
 __all__ = [
     "EVENT_TRANSITIONS",
     "MAX_TOOL_RESULT_BYTES",
