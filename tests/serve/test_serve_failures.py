@@ -112,9 +112,11 @@ def test_a_full_disk_under_a_stream_is_store_error_and_reattach_gets_the_outcome
                 told["detail"],
                 told["preview_chars"],
             )
+            _, repeat = post_turn(c, "full", "big 200 0.3", rid="r2")
             for outcome in (
                 _reattach(c, "full", "r2")["data"],
                 c.post("/v1/sessions/full/turns/r2/cancel").json(),
+                repeat[-1]["data"],
             ):
                 assert (outcome["kind"], outcome["reason"], outcome["detail"]) == (
                     "discarded",
