@@ -38,6 +38,7 @@ PUBLIC: dict[str, str] = {
         "replay replay_sessions request_messages"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
+    "turnledger.text": "INVISIBLE_RANGES visible",
     "turnledger.adapters.providers": (
         "NDJSONDecoder OllamaChat OllamaLineValidator OllamaResponseDecoder "
         "OllamaStreamDecoder OpenAIChat OpenAIChunkValidator OpenAIResponseDecoder "
