@@ -60,3 +60,18 @@ def pg_dsn() -> Iterator[str]:
             yield dsn
         finally:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+# --- a full disk ----------------------------------------------------------------
+# Tests that fill a disk take the `tmpfs` fixture: a small tmpfs of their own
+# (mounting needs root; see tests/_tmpfs.py for when they skip or fail).
+
+from _tmpfs import Disk, small_tmpfs  # noqa: E402
+
+
+@pytest.fixture
+def tmpfs(tmp_path: "os.PathLike[str]") -> Iterator[Disk]:
+    from pathlib import Path
+
+    with small_tmpfs(Path(tmp_path) / "disk") as disk:
+        yield disk

@@ -129,3 +129,66 @@ async def test_the_sessions_command_shows_who_owns_each_session(pg_dsn: str) -> 
         assert rows["free"]["owner"] is None
     finally:
         await store.aclose()
+
+
+async def test_a_hub_whose_session_was_taken_over_mid_turn_tells_its_caller_why(
+    pg_dsn: str,
+) -> None:
+    import psycopg
+    import trio
+    import trio.testing
+
+    from turnledger import LeaseLost, SessionClosed, SessionOwnedElsewhere
+    from turnledger.adapters.stores import PostgresStore
+    from turnledger.events import DEFAULT_CODEC, RequestId, TurnDiscarded
+    from turnledger.sessions import DiscardedResult, open_hub
+    from turnledger.testing import Begin, Chunk, Finish, Hook, ScriptedProvider
+
+    gate = trio.Event()
+
+    async def wait(_: object) -> None:
+        await gate.wait()
+
+    first = await PostgresStore.open(pg_dsn)
+    second = await PostgresStore.open(pg_dsn)
+    script = [Begin(), Chunk("so far"), Hook(wait), Finish()]
+    try:
+        async with (
+            open_hub(first, ScriptedProvider(lambda req: script), model="m") as mine,
+            open_hub(second, ScriptedProvider(), model="m") as theirs,
+        ):
+            turn = await mine.submit("s", "q", request_id="r1")
+            with trio.fail_after(10):
+                while [e.tag for e in await first.read("s")][-1:] != ["stream_started"]:
+                    await trio.sleep(0.02)
+            # The first store's lease connection is cut (a partition, say):
+            # the second hub takes the session over and closes the turn.
+            with trio.fail_after(20):
+                while True:
+                    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                        conn.execute(
+                            "SELECT pg_terminate_backend(backend)"
+                            " FROM turnledger_events_leases WHERE session_id = 's'"
+                        )
+                    try:
+                        await theirs.open_session("s")
+                        break
+                    except SessionOwnedElsewhere:  # renewed in between
+                        await trio.sleep(0.1)
+            gate.set()
+            named = r"stopped before the turn was decided: LeaseLost: .*taken over"
+            with pytest.raises(SessionClosed, match=named) as info:
+                await turn.outcome()
+            assert isinstance(info.value.__cause__, LeaseLost)
+            assert mine.statistics().actors_failed == 1
+            again = await (await theirs.submit("s", "q", request_id="r1")).outcome()
+            assert again == DiscardedResult(
+                RequestId("r1"), "interrupted", "recovered in flight", repeated=True
+            )
+        events = await second.read_decoded("s", DEFAULT_CODEC)
+        assert [e for e in events if isinstance(e, TurnDiscarded)] == [
+            TurnDiscarded(RequestId("r1"), "interrupted", "recovered in flight", 0)
+        ]
+    finally:
+        await first.aclose()
+        await second.aclose()

@@ -25,6 +25,7 @@ Cancellation is never wrapped: ``trio.Cancelled`` propagates untouched.
 
 from __future__ import annotations
 
+import errno
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -126,6 +127,27 @@ class SessionOwnedElsewhere(StoreError):
         self.session_id = session_id
         msg = f"session {session_id!r} is owned by another process"
         super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+def describe_store_error(exc: BaseException) -> str:
+    """What a store error tells a caller (a result's ``detail``, an HTTP
+    error's message): its class, then the innermost cause the store mapped,
+    named as the system names it: ``StoreFull: ENOSPC (No space left on
+    device)``, ``StoreFull: database or disk is full (SQLITE_FULL)``, the
+    server's own message for PostgreSQL. The store's wording, which names
+    files, goes to the log only; an error with no cause is told as it is."""
+    inner = exc
+    while inner.__cause__ is not None:
+        inner = inner.__cause__
+    name = type(exc).__name__
+    if inner is exc:
+        return f"{name}: {exc}"
+    if isinstance(inner, OSError) and inner.errno is not None:
+        code = errno.errorcode.get(inner.errno, str(inner.errno))
+        return f"{name}: {code} ({inner.strerror or 'no description'})"
+    text = str(inner).strip().partition("\n")[0] or type(inner).__name__
+    sqlite_code = getattr(inner, "sqlite_errorname", None)
+    return f"{name}: {text} ({sqlite_code})" if sqlite_code else f"{name}: {text}"
 
 
 class ProviderError(TurnLedgerError):

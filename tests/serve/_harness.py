@@ -29,13 +29,17 @@ from turnledger.testing import (
 
 #: What the loopback server answers, by the question's first word.
 #: ``slow N``: N deltas of "dN " 50 ms apart; ``hang``: headers, then silence;
-#: ``late``: a complete answer only after 1.5 s; anything else: a quick answer.
+#: ``late``: a complete answer only after 1.5 s; ``big K S``: K KiB of "x" in
+#: deltas of 4 KiB, the first three S seconds apart; anything else: a quick
+#: answer.
 
 
 def answer_for(question: str) -> str:
     words = question.split()
     if words and words[0] == "slow":
         return "".join(f"{i:03d} " for i in range(1, int(words[1]) + 1))
+    if words and words[0] == "big":
+        return "x" * (int(words[1]) * 1024)
     return f"echo: {question}"
 
 
@@ -49,6 +53,12 @@ def responder(exchange: Exchange) -> Reply:
         # turn times out, and the complete answer that follows is ignored.
         chunks = openai_sse_chunks("a late answer", chunk_size=64, usage=(11, 3))
         return Reply(body=[chunks[0], WritePause(1.6), *chunks[1:]])
+    if word == "big":
+        gap = WritePause(float(question.split()[2]))
+        parts: list[Any] = []
+        for i, chunk in enumerate(openai_sse_chunks(answer_for(question), chunk_size=4096)):
+            parts += [chunk, gap] if i < 4 else [chunk]
+        return Reply(body=parts)
     if word == "slow":
         pause = float(question.split()[2]) if len(question.split()) > 2 else 0.05
         chunks = openai_sse_chunks(answer_for(question), chunk_size=4)
@@ -135,6 +145,20 @@ def running(
         proc.wait(10)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+@contextmanager
+def two_serving(
+    dsn: str, base_url: str, log_dir: Path
+) -> Iterator[tuple[Serve, Serve, httpx.Client, httpx.Client]]:
+    """Two ``turnledger serve`` processes on one PostgreSQL, and a client of each."""
+    with (
+        running(dsn, base_url, log_dir=log_dir / "a") as first,
+        running(dsn, base_url, log_dir=log_dir / "b") as second,
+        first.client() as a,
+        second.client() as b,
+    ):
+        yield first, second, a, b
 
 
 _LINES: weakref.WeakKeyDictionary[httpx.Response, Iterator[str]] = weakref.WeakKeyDictionary()

@@ -25,6 +25,7 @@ from serve._harness import (
     running,
     serve_command,
     sse_events,
+    two_serving,
 )
 from turnledger.serve import quote_id
 from turnledger.testing import LoopbackServer
@@ -376,12 +377,7 @@ def test_sigkill_loses_no_committed_turn_and_a_restart_closes_the_rest(
 def test_a_session_owned_by_another_serve_process_is_409(
     provider: LoopbackServer, pg_dsn: str, tmp_path: Path
 ) -> None:
-    with (
-        running(pg_dsn, provider.openai_base_url, log_dir=tmp_path / "a") as first,
-        running(pg_dsn, provider.openai_base_url, log_dir=tmp_path / "b") as second,
-        first.client() as a,
-        second.client() as b,
-    ):
+    with two_serving(pg_dsn, provider.openai_base_url, tmp_path) as (_, _, a, b):
         _, events = post_turn(a, "owned-1", "hello", rid="o1")
         assert events[-1]["data"]["kind"] == "committed"
         # the first process's actor holds the session; the second may not write it

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
 import trio.testing
 
-from turnledger import SessionOwnedElsewhere, StoreUnavailable
+from turnledger import SessionOwnedElsewhere, StoreError, StoreFull
 from turnledger.events import DEFAULT_CODEC, Event, StoredEvent
 from turnledger.sessions import replay
 from turnledger.testing import MemoryStore
@@ -41,8 +43,16 @@ class HookedStore(MemoryStore):
         if self.fail_appends:
             self.fail_appends -= 1
             await trio.lowlevel.checkpoint()
-            raise StoreUnavailable("the disk went away")
+            raise self.failure()
         return await super().append(session_id, events, expected_version)
+
+    @staticmethod
+    def failure() -> StoreError:
+        """What a failing append raises (a test may replace it): a full
+        disk, as a store maps it, with the OS error as its cause."""
+        error = StoreFull("/data/chats.db: the append was not written")
+        error.__cause__ = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return error
 
     async def acquire(self, session_id: str) -> None:
         await trio.lowlevel.checkpoint()

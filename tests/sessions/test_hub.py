@@ -19,7 +19,6 @@ from turnledger import (
     ReplayError,
     SessionClosed,
     SessionOwnedElsewhere,
-    StoreUnavailable,
 )
 from turnledger.events import (
     DEFAULT_CODEC,
@@ -389,30 +388,6 @@ async def test_a_session_owned_elsewhere_is_a_typed_error(store: HookedStore) ->
             await hub.open_session("theirs")
         assert isinstance(await (await hub.submit("mine", "q")).outcome(), CommittedResult)
         assert hub.statistics().actors == 1
-
-
-async def test_a_store_failure_stops_the_actor_and_the_next_start_recovers(
-    store: HookedStore,
-) -> None:
-    async def break_next_append() -> None:
-        store.fail_appends = 1
-
-    store.before("turn_committed", break_next_append)
-    provider = ScriptedProvider()
-    with capture_logs() as logs:
-        async with open_hub(store, provider, model="m") as hub:
-            turn = await hub.submit("s", "q", request_id=R1)
-            with pytest.raises(SessionClosed) as info:
-                await turn.outcome()
-            assert isinstance(info.value.__cause__, StoreUnavailable)
-            assert hub.statistics().actors_failed == 1
-            # the caller retries: the new actor recovers the dangling turn
-            retry = await (await hub.submit("s", "q", request_id=R1)).outcome()
-            fresh = await (await hub.submit("s", "q2", request_id=R2)).outcome()
-    assert retry == DiscardedResult(R1, "interrupted", "recovered in flight", repeated=True)
-    assert isinstance(fresh, CommittedResult)
-    failed = lines(logs, "actor_failed")[0]
-    assert failed["error"] == "StoreUnavailable" and failed["session_id"] == "s"
 
 
 async def test_provider_errors_become_discards(store: HookedStore) -> None:

@@ -62,6 +62,10 @@ class Recorder:
             raise ValueError("secret internals")
         if expr == "nope":
             raise ToolError("cannot compute that")
+        if expr == "exit":
+            raise SystemExit(3)
+        if expr == "interrupt":
+            raise KeyboardInterrupt
         a, b = expr.split("*")
         return {"value": int(a) * int(b)}
 
@@ -247,6 +251,31 @@ async def test_a_tool_that_raises_is_reported_to_the_model_or_stops_the_turn() -
     assert isinstance(results[0], DiscardedResult) and results[0].reason == "tool_error"
     assert len(replay(events).turns) == 0
     assert len(server.exchanges) == 1
+
+
+@pytest.mark.parametrize(
+    ("expr", "raised"), [("exit", "SystemExit"), ("interrupt", "KeyboardInterrupt")]
+)
+async def test_a_tool_raising_systemexit_or_keyboardinterrupt_ends_only_its_call(
+    expr: str, raised: str
+) -> None:
+    # Neither the hub nor the program stops: the call's result says what the
+    # tool raised, and the next turn of the same hub commits.
+    replies = [
+        tool_call_reply((calc("a", expr),)),
+        openai_stream_reply("sorry"),
+        openai_stream_reply("still here"),
+    ]
+    results, events, server, _ = await run_turns(replies, ["q", "next"])
+    assert [type(r) for r in results] == [CommittedResult, CommittedResult]
+    tool_messages = [m for m in server.exchanges[1].json()["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == [f"the tool failed ({raised})"]
+    assert [t.answer for t in replay(events).turns] == ["sorry", "still here"]
+    # With on_tool_error="stop", it ends its turn as tool_error, and only that.
+    replies = [tool_call_reply((calc("a", expr),)), openai_stream_reply("still here")]
+    results, events, _, _ = await run_turns(replies, ["q", "next"], on_tool_error="stop")
+    assert isinstance(results[0], DiscardedResult) and results[0].reason == "tool_error"
+    assert isinstance(results[1], CommittedResult)
 
 
 def _stalled_stream() -> Reply:

@@ -64,11 +64,16 @@ DiscardReason: TypeAlias = Literal[
     "conflict",
     "tool_error",
     "context_overflow",
+    "store_error",
 ]
 #: The closed set of reasons a turn can be discarded for.
 DISCARD_REASONS: Final[frozenset[str]] = frozenset(get_args(DiscardReason))
 
-RejectReason: TypeAlias = Literal["empty_question", "invalid_question", "over_budget", "busy"]
+#: ``store_error``: the store refused the Submit's events (a full disk, an
+#: I/O error); only a caller's result says so, since nothing was written.
+RejectReason: TypeAlias = Literal[
+    "empty_question", "invalid_question", "over_budget", "busy", "store_error"
+]
 #: The closed set of reasons a Submit can be refused before any transport.
 REJECT_REASONS: Final[frozenset[str]] = frozenset(get_args(RejectReason))
 

@@ -36,6 +36,15 @@ them all, and a result that comes anyway is recorded as ignored. While tools
 run, the idle timer waits (a tool sends no deltas); the turn's deadline still
 holds. Deltas go to the turn's tickets (previews), not to the mailbox, the
 state or the log.
+
+Store failures. A write the store refuses (a full disk, an I/O error) ends
+the batch's turns as ``store_error`` rather than the actor: the state stays
+that of the last event the store holds (read again, in case the write
+landed after all), a question not written is rejected, and the turn in
+flight is discarded, its discard written at once or, if the store refuses
+that too, before anything else the session writes (``_unrecorded``), tried
+again meanwhile at growing intervals. Only a session another process owns,
+or a damaged log, stops the actor; its callers' ``SessionClosed`` names why.
 """
 
 from __future__ import annotations
@@ -52,7 +61,16 @@ import attrs
 import structlog
 import trio
 
-from .._errors import ConcurrencyConflict, InvalidCommand, ProviderError, SessionClosed, StoreError
+from .._errors import (
+    ConcurrencyConflict,
+    InvalidCommand,
+    ProviderError,
+    SessionClosed,
+    SessionOwnedElsewhere,
+    StoreCorrupted,
+    StoreError,
+    describe_store_error,
+)
 from ..events import (
     DEFAULT_CODEC,
     DISCARD_REASONS,
@@ -121,6 +139,10 @@ REMEMBER_ENDED: Final = 32
 #: Seconds an actor stays idle before the hub's janitor lets its request task
 #: go (about 2.1 KB; the next turn starts a new one, which costs microseconds).
 KEEP_REQUEST_TASK: Final = 30.0
+#: Seconds before an actor first tries again to record a ``store_error``
+#: discard the store refused; each failure doubles the wait, up to RETRY_MAX.
+RETRY_FIRST: Final = 0.25
+RETRY_MAX: Final = 5.0
 
 
 #: What a mailbox carries: a message, and the caller's ticket for a Submit.
@@ -346,6 +368,20 @@ class Transition:
         return self.state.version
 
 
+def _survivable(exc: StoreError) -> bool:
+    """Whether the actor goes on after ``exc``: a write refused for want of
+    space or I/O, or a stream that moved, is; a session another process
+    owns, or a damaged log, stops it."""
+    return not isinstance(exc, (SessionOwnedElsewhere, StoreCorrupted))
+
+
+def _cancels(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or carries) trio's ``Cancelled``."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(trio.Cancelled) is not None
+    return isinstance(exc, trio.Cancelled)
+
+
 def transition(state: SessionState, event: Event) -> Transition:
     """Fold ``event`` into ``state`` (``evolve``), keeping what the log needs."""
     return Transition(event, type(state).__name__, evolve(state, event))
@@ -393,8 +429,10 @@ class Actor:
         "_info",
         "_log",
         "_received_at",
+        "_retry_in",
         "_start",
         "_stop",
+        "_unrecorded",
         "_unsynced",
         "_waiting",
         "_worker",
@@ -434,6 +472,11 @@ class Actor:
         #: The store may hold events this state has not seen (a cancelled
         #: append, a conflict): read before writing again.
         self._unsynced = False
+        #: A turn whose callers were told ``store_error`` but whose discard
+        #: the store refused too: ``(request_id, detail, preview_chars)``,
+        #: recorded before anything else the session writes.
+        self._unrecorded: tuple[RequestId, str, int] | None = None
+        self._retry_in = RETRY_FIRST
 
     @property
     def logger(self) -> Any:
@@ -542,14 +585,14 @@ class Actor:
             rt = self.rt
             start = await rt.windows.start(rt.provider, self._start, rt.config, self._log)
             try:
-                await self._handle([(start, None)])
+                await self._handle([(start, None)], recovering=True)
             except InvalidCommand:
                 # Another writer created the session between our read and our
                 # append; the retry reloaded its SessionStarted, which stands.
                 if self.state.config is None:
                     raise
         if is_in_flight(self.state):
-            await self._handle([(Interrupt("recovered in flight"), None)])
+            await self._handle([(Interrupt("recovered in flight"), None)], recovering=True)
 
     async def _loop(self) -> str:
         config = self.rt.config
@@ -569,7 +612,9 @@ class Actor:
                 if flight is not None and flight.missed and not flight.timed_out
                 else None
             )
-            if flight is None or detail is None:
+            if self._unrecorded is not None and (flight is None or detail is None):
+                batch = await self._receive_or_retry()
+            elif flight is None or detail is None:
                 batch = await mailbox.receive(MAX_BATCH)
             else:
                 # Whatever is queued arrived before the timer fired.
@@ -584,6 +629,7 @@ class Actor:
                 del batch
             elif (
                 self._flight is None
+                and self._unrecorded is None  # (it would be closed as interrupted)
                 and not self._stop
                 and self.senders == 0
                 and not len(mailbox)
@@ -637,8 +683,15 @@ class Actor:
                 except Exception as exc:
                     self._log.error("actor_failed", error=type(exc).__name__, detail=str(exc))
         finally:
-            gone = SessionClosed(f"session {sid!r} stopped ({why}) before the turn was decided")
-            if error is not None:
+            if error is None:
+                gone = SessionClosed(f"session {sid!r} stopped ({why}) before the turn was decided")
+            else:
+                # The cause, named: another process took the session over
+                # (SessionOwnedElsewhere, LeaseLost), a damaged log, ...
+                gone = SessionClosed(
+                    f"session {sid!r} stopped before the turn was decided: "
+                    f"{type(error).__name__}: {error}"
+                )
                 gone.__cause__ = error
             for _, ticket in (*interrupted, *queued):
                 if ticket is not None:
@@ -672,8 +725,14 @@ class Actor:
 
     # -- one batch ---------------------------------------------------------
 
-    async def _handle(self, batch: Sequence[Item]) -> float:
-        """Decide, record and act on ``batch``; returns when it was done (trio clock)."""
+    async def _handle(self, batch: Sequence[Item], *, recovering: bool = False) -> float:
+        """Decide, record and act on ``batch``; returns when it was done (trio clock).
+
+        A store that fails to write (:func:`_survivable`) ends the batch's
+        turns with ``store_error`` instead (:meth:`_store_failed`), and the
+        actor goes on; only while ``recovering`` (the actor is starting) is
+        the error raised, to whoever addressed the session.
+        """
         rt = self.rt
         rt.counters.messages += len(batch)
         self._batch = batch
@@ -682,12 +741,16 @@ class Actor:
             self._received_at = trio.current_time()
         conflicted = False
         for attempt in range(MAX_CONFLICTS + 1):
+            decided: list[Event] | None = None
             try:
                 if self._unsynced:
                     await self._reload()
                     if conflicted:
                         await self._discard_conflicted()
+                if self._unrecorded is not None:
+                    await self._close_unrecorded()
                 steps, events, state = self._decide(batch, log=attempt == 0)
+                decided = events
                 if events:
                     # The store's append awaited here rather than in a method
                     # of its own: one coroutine less per batch.
@@ -706,14 +769,20 @@ class Actor:
                 )
                 conflicted = True
                 continue
+            except StoreError as exc:
+                if recovering or not _survivable(exc):
+                    raise
+                await self._store_failed(batch, decided, exc)
+                self._batch = ()
+                return trio.current_time()
             self.state = state
             self._batch = ()
             now = trio.current_time()
             self._effects(steps, now)
             return now
-        raise StoreError(
-            f"session {self.session_id!r}: {MAX_CONFLICTS + 1} conflicting appends in a row; "
-            "another writer is active"
+        raise SessionOwnedElsewhere(
+            self.session_id,
+            f"{MAX_CONFLICTS + 1} conflicting appends in a row: another writer is active",
         )
 
     def _decide(
@@ -789,12 +858,18 @@ class Actor:
         flight = self._flight
         if flight is None or current_request(self.state) != flight.request_id:
             return
-        ev = TurnDiscarded(
-            flight.request_id,
-            "conflict",
-            f"the stream moved under the turn (now at version {self.state.version})",
-            flight.chars,
+        await self._record_discard(
+            TurnDiscarded(
+                flight.request_id,
+                "conflict",
+                f"the stream moved under the turn (now at version {self.state.version})",
+                flight.chars,
+            )
         )
+
+    async def _record_discard(self, ev: TurnDiscarded) -> None:
+        # A discard the actor states itself (evolve still checks it): write,
+        # fold, act, as for a batch.
         step = _fold(self.state, (ev,), None, None, log=self._info)
         await self.rt.store.append(
             self.session_id, self._encode((ev,)), expected_version=self.state.version
@@ -802,6 +877,107 @@ class Actor:
         self._appended(1)
         self.state = step[3]
         self._effects([step], trio.current_time())
+
+    # -- a store that fails --------------------------------------------------
+
+    async def _store_failed(
+        self, batch: Sequence[Item], decided: Sequence[Event] | None, exc: StoreError
+    ) -> None:
+        """The store refused to write (a full disk, an I/O error, a failed
+        fsync, a lost connection): tell the batch's callers ``store_error``
+        and go on, with the state of the last event the store holds.
+
+        The store is read again first: a write whose answer was lost may have
+        landed, and what it holds is what happened. A question it does not
+        hold is rejected (``store_error``; nothing was written, so its
+        request id stays unused). The turn in flight is discarded
+        (``store_error``) if the refused write was about it (``decided``:
+        the batch's events; ``None``, not decided, counts as about it) or if
+        the store holds a turn in flight that this actor does not run.
+        """
+        detail = describe_store_error(exc)
+        self.rt.counters.store_errors += 1
+        self._log.error(
+            "store_error", error=type(exc).__name__, detail=str(exc), version=self.state.version
+        )
+        if self._unsynced:
+            try:
+                await self._reload()
+            except StoreError as again:
+                if not _survivable(again):
+                    raise
+        state = self.state
+        for msg, ticket in batch:
+            if ticket is None or ticket.done or not isinstance(msg, Submit):
+                continue
+            rid = msg.request_id
+            ending = ending_of(state, rid)
+            if ending is None:
+                ticket.resolve(RejectedResult(rid, "store_error", detail))
+            elif ending.kind == "in_flight":
+                self._wait_for(rid, ticket)  # resolved with its turn, below or later
+            else:
+                ticket.resolve(result_of(rid, ending))
+        current = current_request(state)
+        if current is None:
+            return
+        flight = self._flight
+        if (
+            flight is None
+            or flight.request_id != current
+            or decided is None
+            or any(getattr(ev, "request_id", None) == current for ev in decided)
+        ):
+            await self._end_with_store_error(current, detail)
+
+    async def _end_with_store_error(self, request_id: RequestId, detail: str) -> None:
+        flight = self._flight
+        preview = flight.chars if flight is not None and flight.request_id == request_id else 0
+        pending = self._unrecorded
+        if pending is None or pending[0] != request_id:
+            # (Already pending, it keeps what its callers were told first.)
+            self._unrecorded = pending = (request_id, detail, preview)
+        try:
+            await self._close_unrecorded()
+        except StoreError as exc:
+            if not _survivable(exc):
+                raise
+            # The store takes not even the discard: its callers learn it
+            # now, and it is written before the session's next events.
+            self._retry_in = RETRY_FIRST
+            rid, detail, preview = pending
+            result = DiscardedResult(rid, "store_error", detail, preview)
+            self._turn_ended(rid, result, trio.current_time())
+
+    async def _close_unrecorded(self) -> None:
+        """Record the ``store_error`` discard of :attr:`_unrecorded`, if the
+        store still holds that turn in flight (the way recovery closes a
+        turn left in flight, with the reason its callers were given)."""
+        pending = self._unrecorded
+        assert pending is not None
+        if self._unsynced:
+            await self._reload()
+        rid, detail, preview = pending
+        if current_request(self.state) == rid:
+            await self._record_discard(TurnDiscarded(rid, "store_error", detail, preview))
+        self._unrecorded = None
+
+    async def _receive_or_retry(self) -> list[Item]:
+        """Wait for messages, and meanwhile (at growing intervals) try to
+        record the pending ``store_error`` discard: the log catches up once
+        the store takes writes again, messages or not.
+
+        Cancellation: nothing was taken from the mailbox.
+        """
+        with trio.move_on_after(self._retry_in):
+            return await self.mailbox.receive(MAX_BATCH)
+        try:
+            await self._close_unrecorded()
+        except StoreError as exc:
+            if not _survivable(exc):
+                raise
+            self._retry_in = min(self._retry_in * 2, RETRY_MAX)
+        return []
 
     # -- effects -----------------------------------------------------------
 
@@ -812,13 +988,7 @@ class Actor:
         received = self._received_at
         for msg, ticket, events, after, logged in steps:
             if ticket is not None and isinstance(msg, Submit):
-                known = waiting.get(msg.request_id)
-                if known is None:
-                    waiting[msg.request_id] = [ticket]
-                else:
-                    # A retry while the turn is in flight: same preview so far.
-                    ticket.chunks.extend(known[0].chunks)
-                    known.append(ticket)
+                self._wait_for(msg.request_id, ticket)
             for i, ev in enumerate(events):
                 if logged:
                     t = logged[i]
@@ -912,6 +1082,16 @@ class Actor:
             self.rt.nursery.start_soon(
                 self._tool, flight, call, tools.get(call.name), name="turnledger.tool"
             )
+
+    def _wait_for(self, request_id: RequestId, ticket: Ticket) -> None:
+        """Give ``ticket`` the result of ``request_id`` in flight, when it ends."""
+        known = self._waiting.get(request_id)
+        if known is None:
+            self._waiting[request_id] = [ticket]
+        else:
+            # A retry while the turn is in flight: same preview so far.
+            ticket.chunks.extend(known[0].chunks)
+            known.append(ticket)
 
     def _resolve(self, request_id: RequestId, result: TurnResult) -> None:
         for ticket in self._waiting.pop(request_id, ()):
@@ -1035,7 +1215,13 @@ class Actor:
             return result_text(await tool.run(invocation)), False
         except ToolError as exc:
             return str(exc) or "the tool failed", True
-        except Exception as exc:
+        except BaseException as exc:
+            # Whatever a tool raises ends its call, not the hub: SystemExit
+            # and KeyboardInterrupt too (a tool's sys.exit() must not stop a
+            # service). Only trio's own cancellation goes on up: it is how
+            # the turn's end stops its tools.
+            if _cancels(exc):
+                raise
             # Its message may hold anything: the model and the log get the type.
             flight.log.warning("tool_error", tool=call.name, error=type(exc).__name__)
             return f"the tool failed ({type(exc).__name__})", True

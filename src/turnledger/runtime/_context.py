@@ -77,6 +77,7 @@ class Counters:
         "events",
         "messages",
         "request_tasks",
+        "store_errors",
     )
 
     def __init__(self) -> None:
@@ -90,6 +91,7 @@ class Counters:
         self.messages = 0
         self.appends = 0
         self.events = 0
+        self.store_errors = 0
 
 
 class Routing(Protocol[A_contra]):

@@ -66,7 +66,8 @@ class HubStatistics:
     actors_started: int
     #: Actors stopped after ``passivate_after`` seconds idle.
     actors_passivated: int
-    #: Actors stopped by an error (a store failure, a corrupt log).
+    #: Actors stopped by an error (another process took the session over,
+    #: a damaged log).
     actors_failed: int
     #: Mailbox messages handled.
     messages: int
@@ -74,6 +75,9 @@ class HubStatistics:
     appends: int
     #: Events appended.
     events: int
+    #: Writes the store refused (a full disk, an I/O error) whose turns
+    #: ended as ``store_error``; the actors went on.
+    store_errors: int = 0
 
 
 # Request ids are drawn _IDS at a time: one os.urandom call for all of
@@ -198,14 +202,21 @@ class TurnHandle:
 
         Returns:
             :class:`CommittedResult` (the pair is durable in the store),
-            :class:`DiscardedResult` or :class:`RejectedResult`.
+            :class:`DiscardedResult` or :class:`RejectedResult`. A store
+            that refused the turn's events gives reason ``store_error``
+            (the turn discarded, or the question rejected if none of it was
+            written), with the system's error in ``detail``.
 
         Raises:
-            SessionClosed: the hub closed, or the session's actor failed,
-                before the turn was decided; ``__cause__`` holds the error if
-                there was one. A turn whose fate is unknown (recorded as in
-                flight) is closed as ``interrupted`` when its session next
-                starts; submit the same request id again to learn it.
+            SessionClosed: the hub closed, or the session's actor stopped,
+                before the turn was decided. An actor stops when it cannot go
+                on: another process took the session over
+                (:class:`~turnledger.SessionOwnedElsewhere`,
+                :class:`~turnledger.LeaseLost`) or the log is damaged; the
+                message names the error and ``__cause__`` holds it. A turn
+                whose fate is unknown (recorded as in flight) is closed as
+                ``interrupted`` when its session next starts (by whichever
+                process owns it); submit the same request id again to learn it.
 
         Cancellation: no effect on the turn.
         """
@@ -460,6 +471,7 @@ class Hub:
             messages=c.messages,
             appends=c.appends,
             events=c.events,
+            store_errors=c.store_errors,
         )
 
     async def _janitor(self, after: float | None) -> None:

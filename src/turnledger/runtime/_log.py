@@ -65,6 +65,7 @@ EVENTS: Final[dict[str, str]] = {
     "transition": "info",
     "late_completion": "info",
     "append_conflict": "warning",
+    "store_error": "error",
     "request_error": "error",
     "context_window": "info",
     "context_window_fallback": "warning",

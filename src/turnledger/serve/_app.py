@@ -21,11 +21,22 @@ inside its segment, and each handler decodes its ids with :func:`unquote_id`.
 
 The hub's :class:`TurnHandle` already keeps every delta of a turn (each
 ``preview()`` starts from the first), so a reconnecting client is served
-from the handle the app holds for each turn in flight it submitted.
+from the handle the app holds for each turn in flight it submitted (its
+relay, dropped when the turn ends, however it ends). A finished turn's
+result is kept for reconnects, the newest first, within
+``ServeSettings.keep_results`` and ``keep_results_bytes``; beyond them, and
+for turns this process did not run, the outcome comes from the store.
+
+A turn whose store write failed ends with its outcome (``discarded``,
+reason ``store_error``, the system's error in ``detail``); a turn whose
+session another process took over gets the outcome that process recorded,
+or the error ``owned_elsewhere``. ``shutting_down`` is only ever the
+service stopping.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import math
 import re
@@ -47,6 +58,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import InvalidCommand, SessionClosed, SessionOwnedElsewhere, StoreError
+from .._errors import describe_store_error
 from ..events import DEFAULT_CODEC, EventStore, StoredEvent
 from ..sessions import (
     CommittedResult,
@@ -71,7 +83,16 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_REJECT_STATUS = {"busy": 409, "over_budget": 413, "empty_question": 400, "invalid_question": 400}
+_REJECT_STATUS = {
+    "busy": 409,
+    "over_budget": 413,
+    "empty_question": 400,
+    "invalid_question": 400,
+    "store_error": 503,
+}
+#: What a kept result costs besides its JSON: its key (two ids) and the
+#: table's entry, as an estimate (see ServeSettings.keep_results_bytes).
+_KEPT_ENTRY_BYTES = 256
 _SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -89,6 +110,10 @@ class ServeSettings:
     follow_interval: float = 0.25
     #: Finished turns whose results are kept in memory for reconnects.
     keep_results: int = 4096
+    #: The most memory those results may take, in bytes: their JSON (the
+    #: answers, mostly) plus an estimated 256 bytes each. The oldest go
+    #: first; a reconnect to a turn whose result went gets it from the store.
+    keep_results_bytes: int = 64 * 1024 * 1024
     #: Turns that may be starting at once, from the POST until their first
     #: delta or end (0: no limit); more wait for a slot, in order of arrival.
     #: Starting a turn (its session, its first events, the model request) is
@@ -120,8 +145,16 @@ def _error(status: int, code: str, message: str) -> Response:
 
 
 def _sse(event: str, data: Any, id: int | None = None) -> bytes:
+    return _frame(event, orjson.dumps(data), id)
+
+
+def _frame(event: str, data: bytes, id: int | None = None) -> bytes:
     head = f"id: {id}\n" if id is not None else ""
-    return f"{head}event: {event}\n".encode() + b"data: " + orjson.dumps(data) + b"\n\n"
+    return f"{head}event: {event}\n".encode() + b"data: " + data + b"\n\n"
+
+
+def _raw_json(body: bytes, status: int = 200) -> Response:
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def result_json(result: TurnResult) -> dict[str, Any]:
@@ -203,7 +236,7 @@ class _Relay:
         self.started: Callable[[], None] | None = started
         #: ``frames[i]`` is the SSE frame of delta ``i + 1``.
         self.frames: list[bytes] = []
-        #: The final frame (``outcome``, or ``error`` if the hub closed first).
+        #: The final frame (``outcome``, or ``error`` if there is none).
         self.outcome: bytes | None = None
         self.lot = trio.lowlevel.ParkingLot()
 
@@ -213,6 +246,12 @@ class _Relay:
             started()
 
     async def run(self, service: _Service, key: tuple[str, str]) -> None:
+        """Read the turn's deltas and its end; the relay leaves the service's
+        table when the turn ends, however it ends.
+
+        Cancellation: the service is stopping; the streams get
+        ``shutting_down``.
+        """
         n = 0
         try:
             async for delta in self.handle.preview():
@@ -223,17 +262,21 @@ class _Relay:
                 self.lot.unpark_all()
             try:
                 result = await self.handle.outcome()
-            except SessionClosed:
-                gone = {
-                    "code": "shutting_down",
-                    "message": "the service stopped before the turn ended",
-                }
-                self.outcome = _sse("error", gone)
+            except SessionClosed as exc:
+                # The session's actor stopped before the turn was decided.
+                ended = await service._closed(key, exc)
+                if isinstance(ended, ApiError):
+                    self.outcome = _sse("error", {"code": ended.code, "message": ended.message})
+                else:
+                    self.outcome = _frame("outcome", ended)
             else:
-                service._finish(key, result)
-                self.outcome = _sse("outcome", result_json(result))
-            self.lot.unpark_all()
+                self.outcome = _frame("outcome", service._keep(key, result_json(result)))
         finally:
+            if self.outcome is None:
+                self.outcome = _sse("error", _STOPPING)
+            if service.live.get(key) is self:
+                del service.live[key]
+            self.lot.unpark_all()
             self._started()
 
     async def hold_at_most(self, seconds: float) -> None:
@@ -261,6 +304,9 @@ class _Relay:
                 await self.lot.park()
 
 
+_STOPPING = {"code": "shutting_down", "message": "the service stopped before the turn ended"}
+
+
 class _Service:
     def __init__(
         self,
@@ -277,8 +323,10 @@ class _Service:
         self.settings = settings
         #: Turns in flight this process submitted, by (session, request id).
         self.live: dict[tuple[str, str], _Relay] = {}
-        #: Results of recently finished turns (for reconnects), oldest first.
-        self.done: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        #: Results of recently finished turns (for reconnects) as their
+        #: JSON, oldest first, and what they cost (see _keep).
+        self.done: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self.kept_bytes = 0
         #: Turns between their POST and their first delta (or end).
         self.starting = trio.CapacityLimiter(settings.max_starting or math.inf)
 
@@ -309,12 +357,38 @@ class _Service:
             raise ApiError(404, "unknown_session", f"no session {session_id!r}")
         return stored
 
-    def _finish(self, key: tuple[str, str], result: TurnResult) -> None:
-        self.live.pop(key, None)
-        self.done[key] = result_json(result)
-        self.done.move_to_end(key)
-        while len(self.done) > self.settings.keep_results:
-            self.done.popitem(last=False)
+    def _keep(self, key: tuple[str, str], result: dict[str, Any]) -> bytes:
+        """Keep a finished turn's result (its JSON, returned) for reconnects,
+        within ``keep_results`` and ``keep_results_bytes``, dropping the
+        oldest first."""
+        body = orjson.dumps(result)
+        done = self.done
+        old = done.pop(key, None)
+        if old is not None:
+            self.kept_bytes -= len(old) + _KEPT_ENTRY_BYTES
+        cost = len(body) + _KEPT_ENTRY_BYTES
+        limit = self.settings.keep_results_bytes
+        if cost > limit or self.settings.keep_results < 1:
+            return body  # larger than all the room there is: the store has it
+        done[key] = body
+        self.kept_bytes += cost
+        while len(done) > self.settings.keep_results or self.kept_bytes > limit:
+            _, dropped = done.popitem(last=False)
+            self.kept_bytes -= len(dropped) + _KEPT_ENTRY_BYTES
+        return body
+
+    async def _closed(self, key: tuple[str, str], exc: SessionClosed) -> bytes | ApiError:
+        """How a turn whose session stopped before it was decided ended: the
+        outcome the log holds (recorded by the process that took the session
+        over), else the error that says why (``owned_elsewhere``,
+        ``store_error``; ``shutting_down`` only when the hub is closing)."""
+        error = self._hub_error(exc)
+        if error.code != "shutting_down":
+            with contextlib.suppress(StoreError):
+                found = _stored_outcome(await self.store.read(key[0]), key[1])
+                if found is not None:
+                    return self._keep(key, found)
+        return error
 
     async def _admitted(self, handle: TurnHandle) -> None:
         # Wait until the session took the question in (it is in flight or
@@ -330,10 +404,21 @@ class _Service:
 
     @staticmethod
     def _hub_error(exc: Exception) -> ApiError:
-        if isinstance(exc, SessionOwnedElsewhere):
+        # A session whose actor stopped says why in its cause.
+        cause = exc.__cause__ if isinstance(exc, SessionClosed) else exc
+        if isinstance(cause, SessionOwnedElsewhere):
             return ApiError(409, "owned_elsewhere", "another process owns this session")
+        if isinstance(cause, StoreError):
+            return ApiError(
+                503, "store_error", f"the event store failed: {describe_store_error(cause)}"
+            )
         if isinstance(exc, SessionClosed):
-            return ApiError(503, "shutting_down", "the service is shutting down")
+            if cause is None:
+                return ApiError(503, "shutting_down", "the service is shutting down")
+            # A log that does not fold (its message may quote the log).
+            return ApiError(
+                503, "store_error", f"the session stopped: {type(cause).__name__} in its log"
+            )
         if isinstance(exc, InvalidCommand):
             return ApiError(400, "bad_request", str(exc))
         return ApiError(503, "store_error", "the event store failed")
@@ -365,7 +450,7 @@ class _Service:
                 if handle.done:
                     result = await handle.outcome()
                     if isinstance(result, RejectedResult):
-                        self._finish(key, result)
+                        self._keep(key, result_json(result))
                         status = _REJECT_STATUS.get(result.reason, 400)
                         code = "busy" if result.reason == "busy" else result.reason
                         return _error(status, code, _describe_rejection(result))
@@ -403,29 +488,35 @@ class _Service:
             )
         outcome = await self._outcome(key)
         return StreamingResponse(
-            _one(_sse("outcome", outcome)), media_type="text/event-stream", headers=_SSE_HEADERS
+            _one(_frame("outcome", outcome)), media_type="text/event-stream", headers=_SSE_HEADERS
         )
 
-    async def _outcome(self, key: tuple[str, str]) -> dict[str, Any]:
-        if key in self.done:
-            return self.done[key]
+    async def _outcome(self, key: tuple[str, str]) -> bytes:
+        """The JSON of a turn's outcome when no relay has it: kept, else
+        from the store."""
+        kept = self.done.get(key)
+        if kept is not None:
+            return kept
         stored = await self._stored(key[0])
         found = _stored_outcome(stored, key[1])
-        if found is None and any(e.payload.get("request_id") == key[1] for e in stored):
-            # In flight in the log but not here: the process that ran it
-            # stopped. Starting the session's actor recovers the log, which
-            # closes the turn as interrupted (or, if another process owns
-            # the session, says so).
-            try:
-                await self.hub.open_session(key[0])
-            except (StoreError, SessionClosed, InvalidCommand) as exc:
-                raise self._hub_error(exc) from None
-            found = _stored_outcome(await self.store.read(key[0]), key[1])
-            if found is None:
-                raise ApiError(409, "in_flight_elsewhere", "the turn is in flight elsewhere")
-        if found is None:
+        if found is not None:
+            return orjson.dumps(found)
+        if not any(e.payload.get("request_id") == key[1] for e in stored):
             raise ApiError(404, "unknown_request", f"no request {key[1]!r} in this session")
-        return found
+        # In flight in the log, yet no relay here: the process that ran it
+        # stopped, or this one's store refused its end (``store_error``,
+        # written once the store takes writes again). The request id,
+        # repeated, asks the session's actor, which records nothing new for
+        # an id it has seen: starting it closes a turn left by a stopped
+        # process as ``interrupted``; a refused end is the ``store_error``
+        # its callers got; another process that owns the session is
+        # ``owned_elsewhere``.
+        try:
+            handle = await self.hub.submit(key[0], "", request_id=key[1])
+            result = await handle.outcome()
+        except (StoreError, SessionClosed, InvalidCommand) as exc:
+            raise self._hub_error(exc) from None
+        return orjson.dumps(result_json(result))
 
     async def cancel(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
@@ -436,9 +527,12 @@ class _Service:
             try:
                 result = await relay.handle.cancel()
             except SessionClosed as exc:
-                raise self._hub_error(exc) from None
+                ended = await self._closed(key, exc)
+                if isinstance(ended, ApiError):
+                    raise ended from None
+                return _raw_json(ended)
             return _json(result_json(result))
-        return _json(await self._outcome(key))
+        return _raw_json(await self._outcome(key))
 
     async def sessions(self, request: Request) -> Response:
         limit = _int_param(request, "limit", 100, low=1, high=self.settings.max_page)
@@ -510,7 +604,17 @@ class _Service:
 
     async def healthz(self, request: Request) -> Response:
         stats = self.hub.statistics()
-        return _json({"ok": True, "actors": stats.actors, "in_flight": stats.in_flight})
+        return _json(
+            {
+                "ok": True,
+                "actors": stats.actors,
+                "in_flight": stats.in_flight,
+                "relays": len(self.live),
+                "kept_results": len(self.done),
+                "kept_results_bytes": self.kept_bytes,
+                "store_errors": stats.store_errors,
+            }
+        )
 
     async def page(self, request: Request) -> Response:
         policy = f"{LIVE_PAGE_POLICY}; frame-ancestors 'none'"
@@ -528,6 +632,7 @@ def _describe_rejection(result: RejectedResult) -> str:
         "over_budget": "the question does not fit the request budget",
         "empty_question": "the question is empty",
         "invalid_question": "the question is not valid Unicode text",
+        "store_error": f"the event store failed: {result.detail}",
     }.get(result.reason, result.reason)
 
 

@@ -72,6 +72,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    "has sent nothing yet (default: %(default)s)")  # fmt: skip
     p.add_argument("--max-connections", type=int, default=2000, metavar="N",
                    help="connections to the model server (default: %(default)s)")  # fmt: skip
+    p.add_argument("--keep-results-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
+                   help="memory for finished turns' results kept for reconnects, oldest "
+                   "dropped first; a reconnect to a dropped one reads the store "
+                   "(default: %(default)s, 64 MiB)")  # fmt: skip
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -158,6 +162,8 @@ async def run_serve(
         raise ServeOptionsError("--max-starting must be 0 (no limit) or more")
     if not args.start_hold > 0:
         raise ServeOptionsError("--start-hold must be more than 0 seconds")
+    if args.keep_results_bytes < 0:
+        raise ServeOptionsError("--keep-results-bytes must be 0 (keep none) or more")
     if not args.base_url and endpoint is None:
         raise ServeOptionsError("--base-url is required")
     model = args.model or ("loopback" if not args.base_url else None)
@@ -193,6 +199,7 @@ async def run_serve(
                     max_body_bytes=args.max_body_bytes,
                     max_starting=args.max_starting,
                     start_hold=args.start_hold,
+                    keep_results_bytes=args.keep_results_bytes,
                 )
                 async with open_hub(
                     store,

@@ -63,6 +63,7 @@ _DISCARD_WHY = {
     "provider_error": "the model server reported an error mid-stream",
     "limit": "the stream crossed a safety limit",
     "conflict": "the log moved under the session",
+    "store_error": "the event store could not record its end (a full disk, an I/O error)",
 }
 _TIMEOUT_WHY = {
     "deadline": "no complete answer arrived within the turn deadline",

@@ -81,11 +81,15 @@ def map_error(exc: Exception, msg: str) -> StoreError:
 
     if isinstance(exc, StoreError):
         return exc
+    error: StoreError
     if isinstance(exc, errors.DiskFull):
-        return StoreFull(f"{msg}: {exc}")
-    if isinstance(exc, psycopg.OperationalError):  # includes the pool's timeouts
-        return StoreUnavailable(f"{msg}: {exc}")
-    return StoreError(f"{msg}: {exc}")
+        error = StoreFull(f"{msg}: {exc}")
+    elif isinstance(exc, psycopg.OperationalError):  # includes the pool's timeouts
+        error = StoreUnavailable(f"{msg}: {exc}")
+    else:
+        error = StoreError(f"{msg}: {exc}")
+    error.__cause__ = exc  # the server's own words, for describe_store_error
+    return error
 
 
 def application_name() -> str:

@@ -43,14 +43,17 @@ _VERSION_CACHE_LIMIT: Final = 100_000
 
 
 def map_error(exc: sqlite3.Error, where: str) -> StoreError:
+    """The store error for ``exc``, with ``exc`` as its cause (it names
+    SQLite's result code: ``SQLITE_FULL``, ``SQLITE_IOERR_FSYNC``, ...)."""
     code = getattr(exc, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     msg = f"{where}: {exc}"
+    error: StoreError
     if primary == _SQLITE_FULL:
-        return StoreFull(msg)
-    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-        return StoreCorrupted(msg)
-    if primary in (
+        error = StoreFull(msg)
+    elif primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        error = StoreCorrupted(msg)
+    elif primary in (
         _SQLITE_BUSY,
         _SQLITE_LOCKED,
         _SQLITE_CANTOPEN,
@@ -58,8 +61,11 @@ def map_error(exc: sqlite3.Error, where: str) -> StoreError:
         _SQLITE_PERM,
         _SQLITE_READONLY,
     ) or isinstance(exc, sqlite3.OperationalError):
-        return StoreUnavailable(msg)
-    return StoreError(msg)
+        error = StoreUnavailable(msg)
+    else:
+        error = StoreError(msg)
+    error.__cause__ = exc
+    return error
 
 
 class Writer(Thread[sqlite3.Connection]):

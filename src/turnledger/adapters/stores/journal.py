@@ -15,9 +15,14 @@ Each line is one event, readable by people and by ``jq``::
 
 Writing. An append is one ``write`` of all its lines followed by
 ``fdatasync`` (``fsync`` where that is missing); the caller is told only
-after it returned. A write or sync that fails is cut back off the file, so a
-store error never leaves half a batch. A size cap (``max_bytes``) refuses an
-append that would grow the file beyond it, before anything is written.
+after it returned. A write or sync that fails (a full disk lands part of a
+batch, then refuses the rest) is cut back off the file, so a store error
+never leaves half a batch. Should that cut fail too, the part stays until
+the next append cuts it first (nothing is written after it meanwhile), or
+until the next open finds it as a torn tail, saves it aside and cuts it:
+damage repaired, never events lost or invented. A size cap (``max_bytes``)
+refuses an append that would grow the file beyond it, before anything is
+written.
 
 Locking. The writer holds ``fcntl.flock`` on ``<journal>.lock`` (which holds
 its pid) for as long as the store is open; a second opener, in this process or
@@ -30,7 +35,8 @@ without its newline, zeros where a write never reached the disk, or the lines
 of an append that was not written whole. That tail was never reported as
 written: its bytes are saved to a side file ``<journal>.torn-<offset>-<time>``
 (synced) and then cut off, with a warning on the structlog logger that names
-the side file. A complete line (newline present) that fails its checks (a bad
+the side file; if the side file cannot be written (a full disk), the open is
+refused and nothing is changed. A complete line (newline present) that fails its checks (a bad
 checksum, a flipped bit, a byte that is not UTF-8), the last one included, is
 damage, not a torn write: :class:`~turnledger.StoreCorrupted`, naming the line,
 and nothing is changed.
@@ -41,6 +47,7 @@ symbolic link to one) is refused on open, and no read goes past the size cap.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -236,16 +243,27 @@ def _read_all(path: Path, fd: int, cap: int | None) -> bytes:
 
 
 def _save_torn(path: Path, tail: bytes, offset: int) -> Path:
-    # The cut bytes go to a side file first, synced, so nothing is lost.
+    # The cut bytes go to a side file first, synced, so nothing is lost; a
+    # side file that could not be written whole is removed again, and the
+    # journal is left as it was.
     side = path.with_name(f"{path.name}.torn-{offset}-{time.time_ns()}")
-    fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(tail)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(tail)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(side)
+        raise _map_os_error(
+            exc,
+            f"{path}: its torn tail ({len(tail)} bytes from offset {offset}) could not be "
+            "saved aside before it is cut; nothing was changed. Free space and open it again",
+        ) from exc
     fsync_dir(path.parent)
     return side
 
@@ -436,7 +454,7 @@ class JournalStore(HeldEvents):
         async with self._write_lock:
             self._check_open()
             if self._broken is not None:
-                raise StoreUnavailable(f"{self._path}: {self._broken}; reopen the store")
+                await trio.to_thread.run_sync(self._cut_back)
             current = len(self._streams.get(session_id, ()))
             if current != expected_version:
                 raise ConcurrencyConflict(session_id, expected_version, current)
@@ -478,13 +496,28 @@ class JournalStore(HeldEvents):
             if self._fsync:
                 _sync(fd)
         except OSError as exc:
-            try:
-                os.ftruncate(fd, start)
-                os.fsync(fd)
-            except OSError as exc2:
-                self._broken = f"a failed append could not be cut off ({exc2})"
+            # If the cut fails, the next append cuts it first, or the next open does.
+            with contextlib.suppress(StoreUnavailable):
+                self._cut_back()
             raise _map_os_error(exc, f"{self._path}: the append was not written") from exc
         self._size = start + len(data)
+
+    def _cut_back(self) -> None:
+        # Cut what a failed append left after the last whole one: before the
+        # caller hears of the failure, and before any later write (a write
+        # after part of a batch would turn a torn tail into damage).
+        fd = self._fd
+        assert fd is not None
+        try:
+            os.ftruncate(fd, self._size)
+            os.fsync(fd)
+        except OSError as exc:
+            self._broken = f"part of a failed append could not be cut off ({exc})"
+            raise StoreUnavailable(
+                f"{self._path}: {self._broken}; nothing is written after it until it is "
+                "(the next append tries again; reopening the store cuts it too)"
+            ) from exc
+        self._broken = None
 
     async def acquire(self, session_id: str) -> None:
         """No-op: the file lock already makes this process the only writer."""
