@@ -9,7 +9,20 @@
    directly, and its public ``EventSource.iter_sse()`` over an
    ``httpx.Response`` (ours then reads the same response's ``iter_bytes()``).
 
-2. One streamed turn end to end from a loopback server in another process:
+2. The typed-event protocols against their vendors' own SDKs, on the same
+   recorded bytes (a stream the loopback builders write, mixed CJK/emoji
+   text): Anthropic Messages decoded by turnledger (strict UTF-8, WHATWG
+   SSE, strict JSON, the event-order checks of ``AnthropicEventValidator``)
+   against the official ``anthropic`` SDK's parsing of the same stream
+   (``messages.create(stream=True)``: its SSE decoder, ``json.loads`` and a
+   typed event object per event; and ``messages.stream()``, which also
+   accumulates the message); the OpenAI Responses API likewise against the
+   official ``openai`` SDK (``responses.create(stream=True)`` and
+   ``responses.stream()``). The SDKs read an in-memory HTTP response (their
+   httpx's ``MockTransport``), so ours is measured over an
+   ``httpx.Response`` of the same reads as well as fed directly.
+
+3. One streamed turn end to end from a loopback server in another process:
    bare ``httpx`` ``aiter_bytes()`` (read and drop) against
    ``OpenAIChat.complete()`` with a no-op sink, and against a whole turn
    through a session hub (``open_hub`` with the in-memory store): submit,
@@ -18,7 +31,7 @@
 Runs are interleaved (A, B, C, A, B, C, ...) and medians reported, so a
 noisy machine biases every variant alike.
 
-    python benchmarks/streaming.py [--rounds N] [--chunks N] [--quick]
+    python benchmarks/streaming.py [--rounds N] [--chunks N] [--sdk-events N] [--quick]
 
 The paced run streams a twentieth of the chunks with a 0.5 ms pause after each.
 """
@@ -210,7 +223,133 @@ def bench_decode(chunks: int, rounds: int) -> None:
         )
 
 
-# --- 2. a streamed turn end to end ----------------------------------------------------
+# --- 2. the typed-event protocols against the vendors' SDKs ------------------------------
+
+
+def typed_streams(n: int, seed: int = 2) -> tuple[list[bytes], list[bytes], str]:
+    """A recorded Anthropic stream and a Responses stream of the same answer,
+    each about ``n`` events (one text delta of 1-6 characters each)."""
+    from turnledger.testing import anthropic_sse_events, responses_sse_events
+
+    rng = random.Random(seed)
+    alphabet = CJK * 2 + EMOJI + LATIN
+    answer = "".join(rng.choice(alphabet) for _ in range(n * 3))
+    return (
+        anthropic_sse_events(answer, chunk_size=3),
+        responses_sse_events(answer, chunk_size=3),
+        answer,
+    )
+
+
+def _mock_client(reads: list[bytes]) -> Any:
+    # The SDKs' own HTTP client over a transport that answers from memory.
+    import httpx2
+
+    def handler(request: Any) -> Any:
+        headers = {"content-type": "text/event-stream"}
+        return httpx2.Response(200, headers=headers, content=iter(reads))
+
+    return httpx2.Client(transport=httpx2.MockTransport(handler))
+
+
+def ours_typed(decoder_class: Any, reads: list[bytes]) -> str:
+    decoder = decoder_class()
+    for read in reads:
+        decoder.feed(read)
+    answer: str = decoder.finish().answer
+    return answer
+
+
+def ours_typed_response(decoder_class: Any, reads: list[bytes]) -> str:
+    decoder = decoder_class()
+    for read in _response(reads).iter_bytes():
+        decoder.feed(read)
+    answer: str = decoder.finish().answer
+    return answer
+
+
+def bench_sdks(events: int, rounds: int) -> None:
+    try:
+        import anthropic
+        import openai
+    except ImportError:
+        print("\n2. (the anthropic and openai SDKs are not installed: pip install -e '.[bench]')")
+        return
+    from turnledger.adapters.providers import AnthropicStreamDecoder, ResponsesStreamDecoder
+
+    wire_a, wire_r, answer = typed_streams(events)
+    print(
+        f"\n2. Typed-event streams against the vendors' SDKs (anthropic {anthropic.__version__}, "
+        f"openai {openai.__version__}), one read per event:"
+    )
+    message = [{"role": "user", "content": "Stream, please."}]
+
+    def claude(reads: list[bytes]) -> Any:
+        return anthropic.Anthropic(
+            api_key="sk-bench", base_url="http://bench", http_client=_mock_client(reads)
+        )
+
+    def gpt(reads: list[bytes]) -> Any:
+        return openai.OpenAI(
+            api_key="sk-bench", base_url="http://bench/v1", http_client=_mock_client(reads)
+        )
+
+    def sdk_anthropic_events(client: Any) -> str:
+        out = []
+        for ev in client.messages.create(model="m", max_tokens=8, messages=message, stream=True):
+            if ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+                out.append(ev.delta.text)
+        return "".join(out)
+
+    def sdk_anthropic_stream(client: Any) -> str:
+        with client.messages.stream(model="m", max_tokens=8, messages=message) as stream:
+            text: str = stream.get_final_text()
+        return text
+
+    def sdk_responses_events(client: Any) -> str:
+        out = []
+        for ev in client.responses.create(model="m", input="Stream, please.", stream=True):
+            if ev.type == "response.output_text.delta":
+                out.append(ev.delta)
+        return "".join(out)
+
+    def sdk_responses_stream(client: Any) -> str:
+        with client.responses.stream(model="m", input="Stream, please.") as stream:
+            text: str = stream.get_final_response().output_text
+        return text
+
+    for label, wire, decoder, sdk, events_fn, stream_fn in (
+        ("Anthropic Messages", wire_a, AnthropicStreamDecoder, claude,
+         sdk_anthropic_events, sdk_anthropic_stream),
+        ("OpenAI Responses", wire_r, ResponsesStreamDecoder, gpt,
+         sdk_responses_events, sdk_responses_stream),
+    ):  # fmt: skip
+        client = sdk(wire)
+        variants: dict[str, Callable[[], str]] = {
+            "turnledger decoder": lambda w=wire, d=decoder: ours_typed(d, w),  # type: ignore[misc]
+            "turnledger, httpx.Response": lambda w=wire, d=decoder: ours_typed_response(d, w),  # type: ignore[misc]
+            "SDK, create(stream=True)": lambda c=client, f=events_fn: f(c),  # type: ignore[misc]
+            "SDK, stream() accumulating": lambda c=client, f=stream_fn: f(c),  # type: ignore[misc]
+        }
+        for name, fn in variants.items():  # same answer from each, and warm
+            assert fn() == answer, name
+        medians = interleaved(variants, rounds)
+        size = sum(map(len, wire))
+        print(f"   {label}: {len(wire):,} events, {size / 1e6:.2f} MB, median of {rounds}:")
+        for name, t in medians.items():
+            print(
+                f"     {name:28s} {t * 1e3:8.1f} ms  {len(wire) / t / 1e3:7.1f} k events/s"
+                f"  {t / len(wire) * 1e6:6.2f} µs/event"
+            )
+        base = medians["turnledger, httpx.Response"]
+        print(
+            "     ratio (throughput, turnledger over httpx.Response / SDK):"
+            f" create(stream=True) {medians['SDK, create(stream=True)'] / base:.2f}x,"
+            f" stream() {medians['SDK, stream() accumulating'] / base:.2f}x"
+        )
+
+
+# --- 3. a streamed turn end to end ----------------------------------------------------
 
 
 def _serve(conn: Any, chunks: int, gap: float) -> None:  # runs in the server process
@@ -311,7 +450,7 @@ async def _e2e(port: int, chunks: int, rounds: int) -> None:
 
 def bench_e2e(chunks: int, rounds: int, gap: float) -> None:
     how = f"a {gap * 1e3:g} ms pause after each chunk" if gap else "written back to back"
-    print(f"\n2. A streamed turn end to end, loopback server in another process, {how}")
+    print(f"\n3. A streamed turn end to end, loopback server in another process, {how}")
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_serve, args=(child, chunks, gap), daemon=True)
@@ -328,14 +467,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--chunks", type=int, default=20_000)
+    parser.add_argument(
+        "--sdk-events", type=int, default=4_000, help="events per stream in the SDK comparison"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer rounds and chunks")
+    parser.add_argument("--only-sdks", action="store_true", help="run the SDK comparison alone")
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.chunks = 3, 2_000
+        args.rounds, args.chunks, args.sdk_events = 3, 2_000, 1_000
     # An application configures logging; keep the library's debug lines out.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     print(f"python {sys.version.split()[0]}, httpx {httpx.__version__}, trio {trio.__version__}")
+    if args.only_sdks:
+        bench_sdks(args.sdk_events, args.rounds)
+        return
     bench_decode(args.chunks, args.rounds)
+    bench_sdks(args.sdk_events, args.rounds)
     # Back to back: a read carries many chunks (a backlog, or a fast server).
     bench_e2e(args.chunks, args.rounds, 0.0)
     # Paced: each chunk arrives on its own, as from a model generating

@@ -42,11 +42,13 @@ PUBLIC: dict[str, str] = {
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",
     "turnledger.adapters.providers": (
-        "NDJSONDecoder OllamaChat OllamaLineValidator OllamaResponseDecoder "
-        "OllamaStreamDecoder OpenAIChat OpenAIChunkValidator OpenAIResponseDecoder "
-        "OpenAIStreamDecoder ResponseDecoder RetryPolicy SSEDecoder ServerSentEvent "
-        "StreamLimits Utf8Decoder loads_object loads_strict map_httpx_error "
-        "parse_openai_completion parse_retry_after"
+        "PROVIDER_KINDS AnthropicChat AnthropicEncoder AnthropicEventValidator "
+        "AnthropicStreamDecoder NDJSONDecoder OllamaChat OllamaLineValidator "
+        "OllamaResponseDecoder OllamaStreamDecoder OpenAIChat OpenAIChunkValidator "
+        "OpenAIResponseDecoder OpenAIResponses OpenAIStreamDecoder ProviderKind "
+        "ResponseDecoder ResponsesEncoder ResponsesEventValidator ResponsesStreamDecoder "
+        "RetryPolicy SSEDecoder ServerSentEvent StreamLimits Utf8Decoder loads_object "
+        "loads_strict map_httpx_error parse_openai_completion parse_retry_after"
     ),
     "turnledger.adapters.stores": (
         "JournalStore MemoryStore PostgresStore SQLiteStats SQLiteStore SessionLease open_store "
@@ -55,11 +57,13 @@ PUBLIC: dict[str, str] = {
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail Finish Hang Hook InSequence "
         "LoopbackServer MemoryStore Pause Reply ReplyScript Responder Script "
-        "ScriptedProvider ServerKind Stall Step WritePause chat_responder echo_script "
-        "error_reply model_server ollama_json_reply ollama_ndjson_lines "
-        "ollama_stream_reply ollama_tool_call_lines open_loopback_server "
+        "ScriptedProvider ServerKind Stall Step WireProtocol WritePause answer_parts "
+        "anthropic_error_event anthropic_sse_events anthropic_stream_reply chat_messages "
+        "chat_responder echo_script error_reply media_type_of model_server ollama_json_reply "
+        "ollama_ndjson_lines ollama_stream_reply ollama_tool_call_lines open_loopback_server "
         "openai_error_event openai_json_reply openai_sse_chunks openai_stream_reply "
-        "openai_tool_call_chunks sample_events sse_event tool_call_reply"
+        "openai_tool_call_chunks protocol_of responses_error_event responses_sse_events "
+        "responses_stream_reply sample_events sse_event tool_call_reply"
     ),
 }
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from turnledger.adapters.providers import PROVIDER_KINDS
+
 from ._run import tl
 
 pytestmark = pytest.mark.slow
@@ -26,11 +28,13 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def sessions_of(db: Path) -> list[str]:
-    """The demo's main session (its tool turns have a session of their own)."""
+    """The demo's main session (its tool turns have a session of their own,
+    and so has its turn through each wire protocol)."""
     r = tl("sessions", str(db), "--json", cwd=db.parent)
     found = [json.loads(line)["session_id"] for line in r.stdout.splitlines()]
-    assert len(found) == 2 and sum(s.endswith("-tools") for s in found) == 1
-    return [s for s in found if not s.endswith("-tools")]
+    others = tuple(f"-{name}" for name in ("tools", *PROVIDER_KINDS))
+    assert len(found) == len(others) + 1 and sum(s.endswith("-tools") for s in found) == 1
+    return [s for s in found if not s.endswith(others)]
 
 
 def test_export_json_is_replay_plus_times_and_usage(demo_db: Path) -> None:

@@ -10,13 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from turnledger.adapters.providers import PROVIDER_KINDS
+
 from ._run import tl
+
+PROVIDERS = list(PROVIDER_KINDS)
 
 pytestmark = pytest.mark.slow
 
 
-def test_demo_runs_end_to_end_and_replays(tmp_path: Path) -> None:
-    r = tl("demo", cwd=tmp_path)
+@pytest.mark.parametrize(("provider", "cap"), [("openai", "length"), ("anthropic", "max_tokens")])
+def test_demo_runs_end_to_end_and_replays(tmp_path: Path, provider: str, cap: str) -> None:
+    r = tl("demo", "--provider", provider, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     db = tmp_path / "turnledger-demo.db"
@@ -28,12 +33,13 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path) -> None:
         "history unchanged by the trim and the timeout: yes",
         "reason=cancelled",
         "reason=http_status: HTTP 429",
-        "reason=incomplete_finish: finish_reason=length",
+        f"reason=incomplete_finish: finish_reason={cap}",
         "recorded as completion_ignored",
         "replayed history matches the live session (2 turns)",
         'tool calculator({"expression":"6*7"}) → {"value":42.0}',
         "history unchanged, no call without its result: yes",
         "replayed tool session matches the live one (1 turn)",
+        *(f"{name:17s} committed" for name in PROVIDERS),
     ):
         assert expected in out, expected
     # the error body never reaches the transcript, the logs or the log file
@@ -43,7 +49,8 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path) -> None:
     log = tl("log", str(db), "--json", cwd=tmp_path)
     rows = [json.loads(line) for line in log.stdout.splitlines()]
     tags = [row["tag"] for row in rows]
-    assert tags.count("turn_committed") == 3  # the tool session's turn too
+    # the tool session's turn too, and one per protocol
+    assert tags.count("turn_committed") == 3 + len(PROVIDERS)
     assert tags.count("tool_result_recorded") == 2 and "tool_round_submitted" in tags
     assert "completion_ignored" in tags
     late = next(row for row in rows if row["tag"] == "completion_ignored")
@@ -51,9 +58,12 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path) -> None:
     reasons = {row["reason"] for row in rows if row["tag"] == "turn_discarded"}
     assert reasons == {"timeout", "cancelled", "http_status", "incomplete_finish"}
     replay = tl("replay", str(db), "--json", cwd=tmp_path)
-    session, tools = sorted(
-        (json.loads(line) for line in replay.stdout.splitlines()), key=lambda s: s["session_id"]
-    )
+    by_id = {
+        s["session_id"].rpartition("-")[2]: s for s in map(json.loads, replay.stdout.splitlines())
+    }
+    session = next(s for s in by_id.values() if s["session_id"].count("-") == 1)
+    tools = by_id["tools"]
+    assert len(by_id) == 2 + len(PROVIDERS)
     assert len(session["turns"]) == 2
     (turn,) = tools["turns"]
     assert [c["name"] for c in turn["rounds"][0]["calls"]] == ["calculator", "clock"]

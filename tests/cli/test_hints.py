@@ -4,11 +4,12 @@ what to fix, on stderr only; no key or error body is shown or stored."""
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from ._run import loopback_process, tl
+from ._run import loopback_process, server_process, tl
 
 pytestmark = pytest.mark.slow
 
@@ -92,3 +93,30 @@ def test_a_timeout_says_which_limit_fired(tmp_path: Path) -> None:
     assert r.returncode == 1
     assert "reason=timeout: deadline" in r.stderr
     assert "the turn deadline (--timeout 0.5 s) fired" in r.stderr
+
+
+def test_anthropic_401_404_and_529_say_what_to_fix(tmp_path: Path) -> None:
+    # One server: the model name says which status to answer with.
+    setup = "respond = lambda exchange: error_reply(int(exchange.json()['model']), 'BODY')\n"
+    with server_process(tmp_path, "respond", setup.replace("BODY", BODY)) as base:
+
+        def chat(status: int, key: str) -> subprocess.CompletedProcess[str]:
+            return tl("chat", "--provider", "anthropic", "--db", f"{status}.db", "--model",
+                      str(status), cwd=tmp_path, stdin="q\n",
+                      env={"ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": key})  # fmt: skip
+
+        missing, rejected, not_found, overloaded = (
+            chat(401, ""),
+            chat(401, KEY),
+            chat(404, KEY),
+            chat(529, KEY),
+        )
+    for r in (missing, rejected, not_found, overloaded):
+        assert r.returncode == 1, r.stderr
+    assert "no API key was sent: ANTHROPIC_API_KEY is not set" in missing.stderr
+    assert "the API key read from ANTHROPIC_API_KEY was rejected by 127.0.0.1:" in rejected.stderr
+    assert f"HTTP 404: nothing at {base}/v1/messages for model '404'" in not_found.stderr
+    assert "the URL from ANTHROPIC_BASE_URL (or --base-url)" in not_found.stderr
+    assert "an Anthropic URL is the host" in not_found.stderr
+    assert "HTTP 529: 127.0.0.1:" in overloaded.stderr and "is overloaded" in overloaded.stderr
+    no_secret_anywhere(tmp_path, *(r.stderr + r.stdout for r in (rejected, not_found, overloaded)))

@@ -165,7 +165,15 @@ async def run_turn(
             error = exc
             apply(Failed(rid, Failure(exc.reason, str(exc))), sink.chars)  # type: ignore[arg-type]
         else:
-            apply(Completed(rid, completion.answer, completion.finish_reason, completion.usage))
+            apply(
+                Completed(
+                    rid,
+                    completion.answer,
+                    completion.finish_reason,
+                    completion.usage,
+                    tool_calls=completion.tool_calls,
+                )
+            )
     if scope.cancelled_caught:
         apply(Cancel(rid), sink.chars)
     submitted = log[0]

@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from turnledger import ProviderError
-from turnledger.adapters.providers import OllamaChat, OpenAIChat
+from turnledger.adapters.providers import PROVIDER_KINDS, AnthropicChat, OpenAIChat
 from turnledger.adapters.stores import MemoryStore
 from turnledger.events import (
     DEFAULT_CODEC,
@@ -40,10 +40,11 @@ KEY = "sk-window-test-0123456789"
 REQUEST = ChatRequest(RequestId("w-1"), "loopback", (ChatMessage("user", "Hi?"),))
 
 
-def provider_for(kind: ServerKind, server: Any, **kw: Any) -> OpenAIChat | OllamaChat:
+def provider_for(kind: ServerKind, server: Any, **kw: Any) -> Any:
     kw.setdefault("timeout", httpx.Timeout(5.0))
-    if kind == "ollama":
-        return OllamaChat(base_url=server.base_url, trust_env=False, **kw)
+    if kind in ("ollama", "anthropic", "openai-responses"):
+        k = PROVIDER_KINDS[kind]
+        return k.provider_class()(base_url=server.base_url + k.loopback_path, trust_env=False, **kw)
     return OpenAIChat(base_url=server.openai_base_url, trust_env=False, **kw)
 
 
@@ -120,6 +121,15 @@ async def test_garbage_windows_fall_back(kind: ServerKind, props: Any, why: str)
         ("openai", b'{"error":{"code":"context_length_exceeded","message":"SECRET-BODY"}}'),
         ("llamacpp", b'{"error":{"message":"SECRET-BODY exceeds the available context size"}}'),
         ("ollama", b'{"error":"SECRET-BODY: the input length exceeds the context length"}'),
+        (
+            "anthropic",
+            b'{"type":"error","error":{"type":"invalid_request_error",'
+            b'"message":"SECRET-BODY prompt is too long: 250000 tokens > 200000 maximum"}}',
+        ),
+        (
+            "openai-responses",
+            b'{"error":{"code":"context_length_exceeded","message":"SECRET-BODY"}}',
+        ),
     ],
 )
 async def test_an_overflow_error_is_its_own_reason(kind: ServerKind, body: bytes) -> None:
@@ -206,7 +216,7 @@ async def test_a_discovered_window_keeps_a_long_conversation_committing(kind: Se
     assert sent[-1].turns_dropped > 0  # old turns went, whole
 
 
-@pytest.mark.parametrize("kind", ["openai", "silent"])
+@pytest.mark.parametrize("kind", ["openai", "silent", "anthropic", "openai-responses"])
 async def test_a_server_that_cannot_tell_overflows_at_most_once(kind: ServerKind) -> None:
     # The fallback (8,192) is far above the server's 1,024 tokens.
     with capture_logs() as logs:
@@ -271,3 +281,27 @@ async def test_a_chat_only_responder_survives_probes() -> None:
     assert info.context_window is None and info.source == "fallback"
     assert [e.status for e in server.probes] == [404, 404, 404]
     assert c.answer == "Noted." and len(server.exchanges) == 1
+
+
+async def test_anthropic_windows_come_from_the_table_of_known_models() -> None:
+    # The API does not report a window: nothing is asked, a Claude model gets
+    # its published window, and the answer's usage is read.
+    store = MemoryStore()
+    async with (
+        open_loopback_server(model_server("anthropic", n_ctx=300_000)) as server,
+        AnthropicChat(base_url=server.base_url, max_tokens=1000, trust_env=False) as p,
+        open_hub(store, p, model="claude-sonnet-4-5") as h,
+    ):
+        info = await p.describe("claude-sonnet-4-5")
+        result = await (await h.submit("s", QUESTION)).outcome()
+    assert info == ModelInfo(
+        None, "fallback", True, 1000, "the Anthropic API does not report context windows"
+    )
+    assert not server.probes
+    assert isinstance(result, CommittedResult)
+    started = (await store.read_decoded("s", DEFAULT_CODEC))[0]
+    assert isinstance(started, SessionStarted)
+    assert (started.context_window, started.window_source) == (200_000, "fallback")
+    assert started.output_reserve == 1000
+    (ex,) = server.exchanges
+    assert result.usage is not None and result.usage.prompt_tokens == -(-len(ex.body) // 3)

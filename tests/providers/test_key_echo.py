@@ -1,8 +1,10 @@
 """A server that echoes the request's API key into the fields it controls.
 
 Error codes and types, SSE event names, finish reasons, roles, Ollama's
-``done_reason`` and ``error``, the media type and other response headers:
-the key goes out in ``Authorization`` and comes back in each of them, over
+``done_reason`` and ``error``, Anthropic's stop reasons and block and delta
+types, the Responses API's error codes and incomplete reasons, the media
+type and other response headers: the key goes out in ``Authorization`` (or
+Anthropic's ``x-api-key``) and comes back in each of them, over
 real loopback HTTP, through a real hub, into a real SQLite file and a real
 journal, with JSON log lines at debug level. No byte of any store file, log
 line, preview, result, state or repr may hold it.
@@ -20,16 +22,21 @@ import structlog
 
 from turnledger import ProviderError
 from turnledger.adapters.logging import configure_logging
-from turnledger.adapters.providers import OllamaChat, OpenAIChat
+from turnledger.adapters.providers import AnthropicChat, OllamaChat, OpenAIChat, OpenAIResponses
 from turnledger.adapters.stores import open_store
 from turnledger.events import RequestId
 from turnledger.sessions import ChatMessage, ChatRequest, DiscardedResult, open_hub
 from turnledger.testing import (
     Reply,
+    anthropic_error_event,
+    anthropic_stream_reply,
     ollama_ndjson_lines,
     open_loopback_server,
     openai_sse_chunks,
     openai_stream_reply,
+    responses_error_event,
+    responses_sse_events,
+    responses_stream_reply,
     sse_event,
 )
 
@@ -84,6 +91,56 @@ OLLAMA_REPLIES = {
 }
 
 
+def _typed(kind: str, **data: Any) -> bytes:
+    return sse_event({"type": kind, **data}, event=kind)
+
+
+_START = _typed("message_start", message={"role": "assistant", "content": []})
+ANTHROPIC_REPLIES = {
+    "error type and message": Reply(body=(anthropic_error_event(KEY, KEY),)),
+    "a 529's body and headers": Reply(
+        status=529,
+        media_type="application/json",
+        headers=ECHO_HEADERS,
+        body=(json.dumps({"type": "error", "error": {"type": KEY, "message": KEY}}),),
+        framing="length",
+    ),
+    "SSE event name": Reply(body=(sse_event({"type": "ping"}, event=KEY),)),
+    "stop_reason": anthropic_stream_reply("answer", stop_reason=KEY),
+    "role": Reply(body=(_typed("message_start", message={"role": KEY, "content": []}),)),
+    "block type": Reply(
+        body=(_START, _typed("content_block_start", index=0, content_block={"type": KEY}))
+    ),
+    "delta type": Reply(
+        body=(
+            _START,
+            _typed("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+            _typed("content_block_delta", index=0, delta={"type": KEY, "text": KEY}),
+        )
+    ),
+    "headers of a good answer": anthropic_stream_reply("fine", headers=ECHO_HEADERS),
+}
+_CREATED = responses_sse_events("x")[0]
+RESPONSES_REPLIES = {
+    "error code and message": Reply(body=(_CREATED, responses_error_event(KEY, KEY))),
+    "failed response's error": Reply(
+        body=(_CREATED, _typed("response.failed", response={"error": {"code": KEY}}))
+    ),
+    "incomplete reason": responses_stream_reply("answer", incomplete=KEY),
+    "item role": Reply(
+        body=(
+            _CREATED,
+            _typed(
+                "response.output_item.added",
+                output_index=0,
+                item={"type": "message", "role": KEY, "content": []},
+            ),
+        )
+    ),
+    "headers of a 401": Reply(status=401, media_type=None, headers=ECHO_HEADERS, framing="length"),
+}
+
+
 @pytest.mark.parametrize("store_name", ["ledger.db", "ledger.jsonl"])
 async def test_an_echoed_key_reaches_no_store_log_preview_or_repr(
     store_name: str, tmp_path: Path
@@ -97,6 +154,12 @@ async def test_an_echoed_key_reaches_no_store_log_preview_or_repr(
         for name, replies, make in [
             ("openai", OPENAI_REPLIES, lambda url: OpenAIChat(base_url=url + "/v1", api_key=KEY)),
             ("ollama", OLLAMA_REPLIES, lambda url: OllamaChat(base_url=url, api_key=KEY)),
+            ("anthropic", ANTHROPIC_REPLIES, lambda url: AnthropicChat(base_url=url, api_key=KEY)),
+            (
+                "openai-responses",
+                RESPONSES_REPLIES,
+                lambda url: OpenAIResponses(base_url=url + "/v1", api_key=KEY),
+            ),
         ]:
             async with (
                 open_loopback_server(list(replies.values())) as server,
@@ -118,12 +181,17 @@ async def test_an_echoed_key_reaches_no_store_log_preview_or_repr(
             # the key really went out with every request, and came back
             assert len(server.exchanges) == len(replies)
             for exchange in server.exchanges:
-                assert exchange.header("authorization") == f"Bearer {KEY}"
+                if name == "anthropic":
+                    assert exchange.header("x-api-key") == KEY
+                    assert exchange.header("authorization") is None
+                else:
+                    assert exchange.header("authorization") == f"Bearer {KEY}"
     finally:
         await store.aclose()
         structlog.reset_defaults()
     # every case but the good answer was discarded
-    assert discarded == len(OPENAI_REPLIES) + len(OLLAMA_REPLIES) - 1
+    every = [OPENAI_REPLIES, OLLAMA_REPLIES, ANTHROPIC_REPLIES, RESPONSES_REPLIES]
+    assert discarded == sum(map(len, every)) - 2
     lines = log.getvalue().splitlines()
     assert len(lines) > 50  # the JSON lines looked at below are real
     files = sorted(tmp_path.iterdir())

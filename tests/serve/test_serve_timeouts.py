@@ -16,7 +16,7 @@ def _args(*extra: str) -> argparse.Namespace:
     return p.parse_args(["--db", "x.db", *extra])
 
 
-@pytest.mark.parametrize("provider", ["openai", "ollama"])
+@pytest.mark.parametrize("provider", ["openai", "ollama", "anthropic", "openai-responses"])
 def test_a_longer_idle_timeout_widens_the_read_timeout(provider: str) -> None:
     # A loaded service can wait longer than the provider's default 60 s read
     # timeout for a first byte; that used to end the turn as a provider

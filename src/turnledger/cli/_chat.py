@@ -17,7 +17,7 @@ import httpx
 import trio
 
 from .. import __version__
-from ..adapters.providers import OllamaChat, OpenAIChat
+from ..adapters.providers import PROVIDER_KINDS, OllamaChat
 from ..events import DEFAULT_CODEC, EventStore, Window
 from ..sessions import (
     Budget,
@@ -44,11 +44,14 @@ _EXAMPLES = """examples:
   turnledger chat                                   the built-in loopback server, no key
   OPENAI_BASE_URL=https://api.openai.com/v1 OPENAI_API_KEY=sk-... turnledger chat --model gpt-4o
   turnledger chat --provider ollama --model llama3.2      (OLLAMA_HOST or 127.0.0.1:11434)
+  ANTHROPIC_BASE_URL=https://api.anthropic.com ANTHROPIC_API_KEY=... \
+    turnledger chat --provider anthropic --model claude-sonnet-4-5
+  turnledger chat --provider openai-responses --base-url https://api.openai.com/v1 --model gpt-4.1
   turnledger chat --new --system 'Answer in French.'      a fresh session with its own settings
   printf 'q1\\nq2\\n' | turnledger chat --db x.db          one question per line
 
-The endpoint is --base-url, else OPENAI_BASE_URL (OLLAMA_HOST with --provider ollama),
-else the built-in loopback server. A bare chat continues the session 'chat' in
+The endpoint is --base-url, else the provider's variable (OPENAI_BASE_URL, OLLAMA_HOST,
+ANTHROPIC_BASE_URL), else the built-in loopback server. A bare chat continues the session 'chat' in
 %(data)s; the banner says how many turns it resumed, and --new
 (or /new at the prompt) starts a fresh one. A session's model, system prompt and
 history policy are fixed when it starts: giving others for an existing session is
@@ -70,18 +73,22 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog=_EXAMPLES % {"data": data_dir() / "chat.db"},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    c.add_argument("--provider", choices=["openai", "ollama"], default="openai",
-                   help="the wire protocol: OpenAI chat completions (SSE) or Ollama's "
-                   "/api/chat (default: %(default)s)")  # fmt: skip
-    c.add_argument("--base-url", type=http_url, help="e.g. http://127.0.0.1:8080/v1 (OpenAI) or "
-                   "http://127.0.0.1:11434 (Ollama); default: OPENAI_BASE_URL / OLLAMA_HOST, "
-                   "else the built-in loopback server")  # fmt: skip
+    c.add_argument("--provider", choices=list(PROVIDER_KINDS), default="openai",
+                   help="the wire protocol: " + "; ".join(
+                       f"{k.name}: {k.summary}" for k in PROVIDER_KINDS.values())
+                   + " (default: %(default)s)")  # fmt: skip
+    c.add_argument("--base-url", type=http_url, help="e.g. " + ", ".join(
+                       f"{k.example_url} ({k.name})" for k in PROVIDER_KINDS.values())
+                   + "; default: the provider's variable (" + ", ".join(
+                       dict.fromkeys(k.url_env for k in PROVIDER_KINDS.values()))
+                   + "), else the built-in loopback server")  # fmt: skip
     c.add_argument("--model", type=text_arg, default=None,
                    help="model name, e.g. gpt-4o (required with an endpoint; "
                    "default with the loopback server: loopback)")  # fmt: skip
     c.add_argument("--api-key-env", default=None, metavar="NAME",
-                   help="environment variable holding the API key, e.g. MY_KEY "
-                   "(default: OPENAI_API_KEY / OLLAMA_API_KEY)")  # fmt: skip
+                   help="environment variable holding the API key, e.g. MY_KEY (default: "
+                   + ", ".join(dict.fromkeys(k.key_env for k in PROVIDER_KINDS.values()))
+                   + ", by provider)")  # fmt: skip
     c.add_argument("--db", default=None, metavar="DB",
                    help="event log: a SQLite file, a .jsonl journal or a PostgreSQL URL "
                    f"(default: {data_dir() / 'chat.db'})")  # fmt: skip
@@ -109,8 +116,9 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     c.add_argument("--timeout", type=positive(float), default=120.0, metavar="SECONDS",
                    help="overall deadline per turn (default: %(default)s)")  # fmt: skip
     c.add_argument("--max-tokens", type=at_least(1), default=None, metavar="N",
-                   help="most tokens in an answer, e.g. 500 (OpenAI max_tokens, "
-                   "Ollama num_predict); an answer cut there is not kept")  # fmt: skip
+                   help="most tokens in an answer, e.g. 500 (OpenAI and Anthropic "
+                   "max_tokens, Responses max_output_tokens, Ollama num_predict); an answer "
+                   "cut there is not kept")  # fmt: skip
     c.add_argument("--temperature", type=float, default=None, metavar="T",
                    help="sampling temperature, e.g. 0.2 (default: the server's)")  # fmt: skip
     c.add_argument("--stop", action="append", default=None,
@@ -124,7 +132,7 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 class _Endpoint:
     #: The base URL the provider is given.
     base_url: str
-    #: ``--base-url``, ``OPENAI_BASE_URL``, ``OLLAMA_HOST`` or ``loopback``.
+    #: ``--base-url``, the provider's variable (``OPENAI_BASE_URL``...) or ``loopback``.
     source: str
 
 
@@ -133,14 +141,13 @@ def _configured_endpoint(args: argparse.Namespace) -> _Endpoint | None:
     option, else the provider's environment variable; None if neither."""
     if args.base_url:
         return _Endpoint(args.base_url, "--base-url")
-    if args.provider == "ollama":
-        host = os.environ.get("OLLAMA_HOST")
-        if host:
-            url = host if "://" in host else "http://" + host
-            return _Endpoint(_env_url("OLLAMA_HOST", url), "OLLAMA_HOST")
+    name = PROVIDER_KINDS[args.provider].url_env
+    base = os.environ.get(name)
+    if not base:
         return None
-    base = os.environ.get("OPENAI_BASE_URL")
-    return _Endpoint(_env_url("OPENAI_BASE_URL", base), "OPENAI_BASE_URL") if base else None
+    if name == "OLLAMA_HOST" and "://" not in base:
+        base = "http://" + base  # OLLAMA_HOST is often host:port
+    return _Endpoint(_env_url(name, base), name)
 
 
 def _env_url(name: str, value: str) -> str:
@@ -153,10 +160,10 @@ def _env_url(name: str, value: str) -> str:
 def _key_var(args: argparse.Namespace) -> str:
     if args.api_key_env:
         return str(args.api_key_env)
-    return "OLLAMA_API_KEY" if args.provider == "ollama" else "OPENAI_API_KEY"
+    return PROVIDER_KINDS[args.provider].key_env
 
 
-def _make_provider(args: argparse.Namespace, endpoint: _Endpoint) -> OpenAIChat | OllamaChat:
+def _make_provider(args: argparse.Namespace, endpoint: _Endpoint) -> Any:
     if endpoint.source == "loopback":
         key: str | None = ""  # the built-in loopback server: never send a key there
     elif args.api_key_env:
@@ -164,7 +171,7 @@ def _make_provider(args: argparse.Namespace, endpoint: _Endpoint) -> OpenAIChat 
         if key is None:
             raise Exit(EXIT_USAGE, f"--api-key-env: {args.api_key_env} is not set")
     else:
-        key = None  # the provider's own default: OPENAI_API_KEY / OLLAMA_API_KEY
+        key = None  # the provider's own default: OPENAI_API_KEY, ANTHROPIC_API_KEY...
     extra = dict(args.param)
     if args.provider == "ollama":
         given = extra.pop("options", None) or {}
@@ -182,29 +189,20 @@ def _make_provider(args: argparse.Namespace, endpoint: _Endpoint) -> OpenAIChat 
             api_key=key,
             options=options or None,
             extra=extra or None,
-            timeout=_TIMEOUTS["ollama"],
+            timeout=OllamaChat.default_timeout,
         )
-    return OpenAIChat(
+    # The others take the same options; each says what its API calls them
+    # (and refuses what it lacks: the Responses API has no stop sequences).
+    cls = PROVIDER_KINDS[args.provider].provider_class()
+    return cls(
         base_url=endpoint.base_url,
         api_key=key,
         temperature=args.temperature,
         max_tokens=args.max_tokens,
         stop=args.stop,
         extra=extra or None,
-        timeout=_TIMEOUTS["openai"],
+        timeout=cls.default_timeout,
     )
-
-
-def _timeouts() -> dict[str, httpx.Timeout]:
-    from ..adapters.providers.ollama import DEFAULT_OLLAMA_TIMEOUT
-    from ..adapters.providers.openai import DEFAULT_TIMEOUT
-
-    return {"openai": DEFAULT_TIMEOUT, "ollama": DEFAULT_OLLAMA_TIMEOUT}
-
-
-#: The providers' own default timeouts, passed explicitly so that a hint
-#: can say which one fired and how long it was.
-_TIMEOUTS = _timeouts()
 
 
 @asynccontextmanager
@@ -221,8 +219,7 @@ async def _endpoint(args: argparse.Namespace) -> AsyncIterator[_Endpoint]:
         return f"(loopback) You said: {question!r}. The request held {turns - 1} earlier turn(s)."
 
     async with open_loopback_server(chat_responder(answer, chunk_size=6, pause=0.01)) as server:
-        url = server.openai_base_url if args.provider == "openai" else server.base_url
-        yield _Endpoint(url, "loopback")
+        yield _Endpoint(server.base_url + PROVIDER_KINDS[args.provider].loopback_path, "loopback")
 
 
 class _Refused(str):
@@ -359,7 +356,7 @@ async def _run_chat(args: argparse.Namespace) -> int:
         except (ValueError, TypeError, httpx.InvalidURL) as exc:
             raise Exit(EXIT_USAGE, f"bad request settings: {exc}") from None
         key_var = None if endpoint.source == "loopback" else _key_var(args)
-        timeout = _TIMEOUTS[args.provider]
+        timeout = type(provider).default_timeout
         settings = ChatSettings(
             url=provider.url,
             source=endpoint.source,
@@ -369,6 +366,7 @@ async def _run_chat(args: argparse.Namespace) -> int:
             connect_timeout=timeout.connect,
             read_timeout=timeout.read,
             turn_deadline=args.timeout,
+            provider=args.provider,
         )
         window, reserve = args.context_window, args.output_reserve
         if window is not None and reserve is not None and reserve >= window:
@@ -472,7 +470,8 @@ class _Conversation:
     def banner(self, db: str, existing: _Existing | None) -> None:
         s = self.settings
         if s.source == "loopback":
-            where = "built-in loopback server (no --base-url, OPENAI_BASE_URL or OLLAMA_HOST set)"
+            name = PROVIDER_KINDS[s.provider].url_env
+            where = f"built-in loopback server (no --base-url or {name} set)"
         else:
             where = f"{s.url} (from {s.source})"
         if existing is None:

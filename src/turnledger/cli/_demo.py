@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..adapters.providers import OpenAIChat
+from ..adapters.providers import PROVIDER_KINDS
 from ..adapters.stores import store_kind
 from ..events import DEFAULT_CODEC, EventStore, ToolCall, TurnSubmitted
 from ..sessions import (
@@ -38,7 +38,7 @@ from ._errors import EXIT_FAILED, EXIT_OK, display_db
 from ._stores import open_to_write
 
 if TYPE_CHECKING:
-    from ..testing import LoopbackServer, Reply
+    from ..testing import LoopbackServer, Reply, WireProtocol
 
 __all__ = ["add_demo_parser"]
 
@@ -90,12 +90,15 @@ async def _run_demo(args: argparse.Namespace) -> int:
     out(f"  event log: {display_db(db)} ({_KINDS[kind]}), session {session}")
     try:
         async with open_loopback_server([]) as server:
-            out(f"  provider:  OpenAI-compatible SSE at {server.openai_base_url}")
-            async with OpenAIChat(base_url=server.openai_base_url, api_key="") as provider:
-                demo = _Demo(out, server, store, provider, session)
+            wire = PROVIDER_KINDS[args.provider]
+            url = server.base_url + wire.loopback_path
+            out(f"  provider:  {wire.summary} at {url}")
+            async with _open(args.provider, url) as provider:
+                demo = _Demo(out, server, store, provider, session, args.provider)
                 ok = await demo.scenes()
                 ok &= await demo.late_completion()
                 ok &= await demo.tool_scenes()
+            ok &= await demo.every_protocol()
     finally:
         await store.aclose()
 
@@ -128,6 +131,11 @@ async def _run_demo(args: argparse.Namespace) -> int:
     out(f"The tool turns' story:  {log}-tools")
     out(f"See the whole story:  {log}")
     return EXIT_OK if ok and match else EXIT_FAILED
+
+
+def _open(protocol: str, url: str) -> Any:
+    # The loopback server is never sent a key.
+    return PROVIDER_KINDS[protocol].provider_class()(base_url=url, api_key="")
 
 
 def _print_turns(out: Out, turns: Any) -> None:
@@ -195,9 +203,16 @@ _CLOCK = Tool("clock", clock, "The current time (UTC).")
 
 class _Demo:
     def __init__(
-        self, out: Out, server: LoopbackServer, store: EventStore, provider: Provider, session: str
+        self,
+        out: Out,
+        server: LoopbackServer,
+        store: EventStore,
+        provider: Provider,
+        session: str,
+        protocol: WireProtocol,
     ) -> None:
         self.out = out
+        self.protocol = protocol
         self.server = server
         self.store = store
         self.provider = provider
@@ -206,14 +221,16 @@ class _Demo:
         self.tool_session = session + "-tools"
         self.tool_history: tuple[Turn, ...] = ()
 
-    @staticmethod
-    def slow(text: str, *, pause: float = 0.03, finish: str | None = "stop") -> Reply:
-        from ..testing import Reply, WritePause, openai_sse_chunks
+    def slow(
+        self, text: str, *, pause: float = 0.03, truncated: bool = False, chunk_size: int = 6
+    ) -> Reply:
+        """An answer in the demo's protocol, a pause after each frame."""
+        from ..testing import Reply, WritePause, answer_parts, media_type_of
 
         parts: list[Any] = []
-        for chunk in openai_sse_chunks(text, finish_reason=finish, chunk_size=6):
+        for chunk in answer_parts(self.protocol, text, chunk_size=chunk_size, truncated=truncated):
             parts += [chunk, WritePause(pause)]
-        return Reply(body=tuple(parts))
+        return Reply(media_type=media_type_of(self.protocol), body=tuple(parts))
 
     async def turn(
         self, hub: Hub, title: str, question: str, reply: Reply, *, stop_after: int | None = None
@@ -231,7 +248,7 @@ class _Demo:
         return result
 
     async def scenes(self) -> bool:
-        from ..testing import Reply, Stall, error_reply, openai_sse_chunks
+        from ..testing import Reply, Stall, answer_parts, error_reply, media_type_of
 
         out = self.out
         async with open_hub(
@@ -248,8 +265,8 @@ class _Demo:
                 "1. A complete answer commits",
                 "What does turnledger keep?",
                 self.slow(
-                    "Only turns whose answer arrived complete and accepted: "
-                    "finish_reason stop, then [DONE]."
+                    "Only turns whose answer arrived complete and accepted, "
+                    "ended the way its protocol ends a good answer."
                 ),
             )
             second = await self.turn(
@@ -269,7 +286,11 @@ class _Demo:
                 hub,
                 "3. The request is trimmed to 560 bytes (whole turns), then times out",
                 "Summarise our conversation so far, please.",
-                Reply(body=(openai_sse_chunks("", finish_reason=None, done=False)[0], Stall())),
+                # (the stream opens, then nothing: Ollama's has no opening line)
+                Reply(
+                    media_type=media_type_of(self.protocol),
+                    body=(*answer_parts(self.protocol, "x")[: self.protocol != "ollama"], Stall()),
+                ),
             )
             submitted = [
                 DEFAULT_CODEC.decode(e)
@@ -309,9 +330,9 @@ class _Demo:
 
             sixth = await self.turn(
                 hub,
-                "6. finish_reason=length: the text looks complete, but it is not",
+                "6. Stopped at the token cap: the text looks complete, but it is not",
                 "Write one short sentence about trio.",
-                self.slow("Trio makes structured concurrency feel natural.", finish="length"),
+                self.slow("Trio makes structured concurrency feel natural.", truncated=True),
             )
             ok &= isinstance(sixth, DiscardedResult) and sixth.reason == "incomplete_finish"
             self.live_history = await hub.history(self.session)
@@ -320,13 +341,13 @@ class _Demo:
     async def late_completion(self) -> bool:
         # A provider whose calls cannot be interrupted: its answer comes back
         # after the deadline discarded the turn.
-        from ..testing import Reply, openai_sse_chunks
+        import attrs
 
         out = self.out
         out()
         out("── 7. A late completion: the answer arrives after the turn timed out")
-        body = tuple(openai_sse_chunks("This answer is too late.", chunk_size=40))
-        self.server.enqueue(Reply(body=body, headers_delay=1.6))
+        reply = self.slow("This answer is too late.", pause=0, chunk_size=40)
+        self.server.enqueue(attrs.evolve(reply, headers_delay=1.6))
         async with open_hub(
             self.store,
             _Uninterruptible(self.provider),
@@ -372,7 +393,7 @@ class _Demo:
                 ToolCall("call_1", "calculator", '{"expression":"6*7"}'),
                 ToolCall("call_2", "clock", "{}"),
             )
-            self.server.enqueue(tool_call_reply(calls, chunk_size=2))
+            self.server.enqueue(tool_call_reply(calls, protocol=self.protocol, chunk_size=2))
             self.server.enqueue(self.slow("6*7 is 42, and the clock tool says it is now."))
             out()
             out("── 8. A tool turn: two calls run in parallel, then the answer; all commit at once")
@@ -389,7 +410,8 @@ class _Demo:
             ok = isinstance(result, CommittedResult) and len(turn.rounds) == 1
 
             before = await hub.history(session)
-            self.server.enqueue(tool_call_reply((ToolCall("call_3", "lookup", "{}"),)))
+            call = ToolCall("call_3", "lookup", "{}")
+            self.server.enqueue(tool_call_reply((call,), protocol=self.protocol))
             out()
             out("── 9. Cancelled while a tool runs: the call and its turn are dropped whole")
             question = "Where is my order 1042?"
@@ -405,6 +427,24 @@ class _Demo:
             out(f"  history unchanged, no call without its result: {'yes' if same else 'NO'}")
             ok &= isinstance(result, DiscardedResult) and result.reason == "cancelled" and same
             self.tool_history = await hub.history(session)
+        return ok
+
+    async def every_protocol(self) -> bool:
+        """One turn through each wire protocol, each in a session of its own."""
+        out = self.out
+        out()
+        out("── 10. One turn through each wire protocol, the same rules for all")
+        ok = True
+        for name, wire in PROVIDER_KINDS.items():
+            self.protocol = name  # type: ignore[assignment]
+            self.server.enqueue(self.slow(f"Committed over {wire.summary}.", pause=0.01))
+            async with (
+                _open(name, self.server.base_url + wire.loopback_path) as provider,
+                open_hub(self.store, provider, model="demo-model", system=_SYSTEM) as hub,
+            ):
+                result = await (await hub.submit(f"{self.session}-{name}", "Hello?")).outcome()
+            out(f"  {name:17s} {describe(result)}")
+            ok &= isinstance(result, CommittedResult)
         return ok
 
     async def _wait_ignored(self, request_id: str) -> float | None:
@@ -430,12 +470,15 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="run a scripted conversation against a built-in loopback server",
         description="No network and no API key: a loopback server on 127.0.0.1 plays "
         "a committed turn, a trim then a timeout, a cancel mid-stream, an HTTP 429, "
-        "a length finish, a late completion, a tool turn and a turn cancelled mid-tool; "
-        "then the log is replayed from disk.",
+        "an answer cut at the token cap, a late completion, a tool turn, a turn cancelled "
+        "mid-tool and one turn through each wire protocol; then the log is replayed from disk.",
         epilog="examples:\n  turnledger demo\n  turnledger demo --db demo.jsonl   "
-        "(a JSON-lines journal you can read with jq)",
+        "(a JSON-lines journal you can read with jq)\n  turnledger demo --provider anthropic",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     d.add_argument("--db", default="turnledger-demo.db",
                    help="event log, e.g. demo.db or demo.jsonl (default: %(default)s)")  # fmt: skip
+    d.add_argument("--provider", choices=list(PROVIDER_KINDS), default="openai",
+                   help="the wire protocol the scenes speak (default: %(default)s); "
+                   "the last scene runs one turn through each")  # fmt: skip
     d.set_defaults(run=_run_demo)

@@ -23,8 +23,8 @@ class ChatSettings:
 
     #: The URL requests are posted to.
     url: str
-    #: Where the endpoint came from: ``--base-url``, ``OPENAI_BASE_URL``,
-    #: ``OLLAMA_HOST`` or ``loopback``.
+    #: Where the endpoint came from: ``--base-url``, the provider's variable
+    #: (``OPENAI_BASE_URL``, ``OLLAMA_HOST``, ``ANTHROPIC_BASE_URL``) or ``loopback``.
     source: str
     model: str
     #: The variable the key was read from (``None`` for the loopback server).
@@ -33,6 +33,18 @@ class ChatSettings:
     connect_timeout: float | None
     read_timeout: float | None
     turn_deadline: float
+    #: The ``--provider`` (a key of ``PROVIDER_KINDS``).
+    provider: str = "openai"
+
+
+#: What a base URL looks like, by provider, for a 404.
+_URL_SHAPE = {
+    "openai": "an OpenAI-style URL usually ends in /v1",
+    "openai-responses": "an OpenAI-style URL usually ends in /v1; /responses is added",
+    "anthropic": "an Anthropic URL is the host, e.g. https://api.anthropic.com; "
+    "/v1/messages is added",
+    "ollama": "Ollama's is the host, e.g. http://127.0.0.1:11434",
+}
 
 
 def _host_port(url: str) -> str:
@@ -69,10 +81,15 @@ def _status_hint(code: int, s: ChatSettings) -> str:
     if code == 404:
         return (
             f"HTTP 404: nothing at {s.url} for model {s.model!r}: check --model, and "
-            f"{_where(s)} (an OpenAI-style URL usually ends in /v1)"
+            f"{_where(s)} ({_URL_SHAPE.get(s.provider, _URL_SHAPE['openai'])})"
         )
     if code == 429:
         return "HTTP 429: the server is rate limiting: wait a moment and ask again"
+    if code == 529:
+        return (
+            f"HTTP 529: {_host_port(s.url)} is overloaded (Anthropic's status for it): "
+            "wait a moment and ask again"
+        )
     if 500 <= code < 600:
         return f"HTTP {code}: the server at {_host_port(s.url)} failed; try again later"
     return f"HTTP {code} from {s.url}"

@@ -19,6 +19,8 @@ from typing import Any
 import structlog
 import trio
 
+from ..adapters.providers import PROVIDER_KINDS
+
 __all__ = ["ServeOptionsError", "add_serve_arguments", "run_serve"]
 
 log = structlog.get_logger("turnledger.serve")
@@ -39,7 +41,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-env", metavar="NAME", default=None,
                    help="variable holding the bearer token every route then requires "
                    "(required to bind anything but loopback)")  # fmt: skip
-    p.add_argument("--provider", choices=["openai", "ollama"], default="openai",
+    p.add_argument("--provider", choices=list(PROVIDER_KINDS), default="openai",
                    help="the model server's protocol (default: %(default)s)")  # fmt: skip
     p.add_argument("--base-url", help="model server (default: a built-in loopback server)")
     p.add_argument("--model", default=None, help="model name (default: loopback)")
@@ -88,8 +90,6 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _provider(args: argparse.Namespace, base_url: str, client: Any) -> Any:
-    from ..adapters.providers import OllamaChat, OpenAIChat
-
     key: str | None
     if not args.base_url:
         key = ""
@@ -99,9 +99,9 @@ def _provider(args: argparse.Namespace, base_url: str, client: Any) -> Any:
             raise ServeOptionsError(f"--api-key-env: {args.api_key_env} is not set")
     else:
         key = None
-    if args.provider == "ollama":
-        return OllamaChat(base_url=base_url, api_key=key, client=client)
-    return OpenAIChat(base_url=base_url, api_key=key, client=client)
+    return PROVIDER_KINDS[args.provider].provider_class()(
+        base_url=base_url, api_key=key, client=client
+    )
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -109,10 +109,7 @@ def _client(args: argparse.Namespace) -> Any:
     # queue the turns of a busy service behind each other.
     import httpx
 
-    from ..adapters.providers.ollama import DEFAULT_OLLAMA_TIMEOUT
-    from ..adapters.providers.openai import DEFAULT_TIMEOUT
-
-    default = DEFAULT_OLLAMA_TIMEOUT if args.provider == "ollama" else DEFAULT_TIMEOUT
+    default = PROVIDER_KINDS[args.provider].provider_class().default_timeout
     # The session's --idle-timeout decides how long a silent model server
     # may take; a shorter HTTP read timeout would end the turn first (as a
     # provider "read timeout") whatever the option says.

@@ -28,6 +28,7 @@ MAX_PLAUSIBLE_WINDOW: Final = 10_000_000
 #: by their makers. Served models may be configured smaller: a server that
 #: reports its window is always asked first.
 FALLBACK_WINDOWS: Final[dict[str, int]] = {
+    "gpt-5": 400_000,
     "gpt-4o": 128_000,
     "gpt-4.1": 1_047_576,
     "gpt-4-turbo": 128_000,
@@ -36,7 +37,7 @@ FALLBACK_WINDOWS: Final[dict[str, int]] = {
     "o1": 200_000,
     "o3": 200_000,
     "o4-mini": 200_000,
-    "claude-3": 200_000,
+    "claude": 200_000,
     "llama3.1": 131_072,
     "llama3.2": 131_072,
     "llama3": 8_192,

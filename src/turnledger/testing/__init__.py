@@ -7,8 +7,10 @@
   a :class:`Reply` body, :class:`WritePause` pauses the writes,
   :class:`Stall` stops writing and keeps the connection open, :class:`Abort`
   closes it.
-- Reply builders for what OpenAI-compatible servers and Ollama send
-  (:func:`openai_stream_reply`, :func:`ollama_stream_reply`,
+- Reply builders for what OpenAI-compatible servers, Ollama, Anthropic's
+  Messages API and OpenAI's Responses API send (:func:`openai_stream_reply`,
+  :func:`ollama_stream_reply`, :func:`anthropic_stream_reply`,
+  :func:`responses_stream_reply`, :func:`answer_parts`,
   :func:`error_reply`, :func:`chat_responder`, ...).
 
 The scripted provider's steps and the loopback server's body parts are
@@ -35,8 +37,15 @@ from ._loopback import (
     open_loopback_server,
 )
 from ._replies import (
+    WireProtocol,
+    answer_parts,
+    anthropic_error_event,
+    anthropic_sse_events,
+    anthropic_stream_reply,
+    chat_messages,
     chat_responder,
     error_reply,
+    media_type_of,
     ollama_json_reply,
     ollama_ndjson_lines,
     ollama_stream_reply,
@@ -46,6 +55,10 @@ from ._replies import (
     openai_sse_chunks,
     openai_stream_reply,
     openai_tool_call_chunks,
+    protocol_of,
+    responses_error_event,
+    responses_sse_events,
+    responses_stream_reply,
     sse_event,
     tool_call_reply,
 )
@@ -91,10 +104,17 @@ __all__ = [
     "ServerKind",
     "Stall",
     "Step",
+    "WireProtocol",
     "WritePause",
+    "answer_parts",
+    "anthropic_error_event",
+    "anthropic_sse_events",
+    "anthropic_stream_reply",
+    "chat_messages",
     "chat_responder",
     "echo_script",
     "error_reply",
+    "media_type_of",
     "model_server",
     "ollama_json_reply",
     "ollama_ndjson_lines",
@@ -106,6 +126,10 @@ __all__ = [
     "openai_sse_chunks",
     "openai_stream_reply",
     "openai_tool_call_chunks",
+    "protocol_of",
+    "responses_error_event",
+    "responses_sse_events",
+    "responses_stream_reply",
     "sample_events",
     "sse_event",
     "tool_call_reply",

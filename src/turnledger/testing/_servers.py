@@ -19,10 +19,15 @@ whose body is larger overflows:
   context length"; without it the prompt is silently truncated to 2,048
   tokens and answered. ``POST /api/show`` gives
   ``model_info["llama.context_length"]``.
+- ``anthropic``: ``POST /v1/messages``; 400 ``invalid_request_error``
+  "prompt is too long"; tells nothing (the API has no such field).
+- ``openai-responses``: ``POST /v1/responses``; the 400 of ``openai``;
+  tells nothing.
 
 Answers that fit report usage (``prompt_tokens`` by the same count) when
 the protocol carries it (OpenAI streams: when ``stream_options.include_usage``
-is asked, except ``silent``; Ollama: ``prompt_eval_count``).
+is asked, except ``silent``; Ollama: ``prompt_eval_count``; Anthropic and
+Responses: always, as ``input_tokens``).
 """
 
 from __future__ import annotations
@@ -32,11 +37,21 @@ import math
 from typing import Any, Literal, TypeAlias
 
 from ._loopback import Exchange, Reply, Responder
-from ._replies import error_reply, ollama_ndjson_lines, openai_json_reply, openai_sse_chunks
+from ._replies import (
+    anthropic_sse_events,
+    error_reply,
+    ollama_ndjson_lines,
+    openai_json_reply,
+    openai_sse_chunks,
+    protocol_of,
+    responses_sse_events,
+)
 
 __all__ = ["ServerKind", "model_server"]
 
-ServerKind: TypeAlias = Literal["openai", "vllm", "llamacpp", "silent", "ollama"]
+ServerKind: TypeAlias = Literal[
+    "openai", "vllm", "llamacpp", "silent", "ollama", "anthropic", "openai-responses"
+]
 
 #: The window Ollama uses when a request does not set ``num_ctx``.
 OLLAMA_DEFAULT_NUM_CTX = 2048
@@ -49,6 +64,17 @@ def _json_reply(value: Any, status: int = 200) -> Reply:
         body=(json.dumps(value).encode(),),
         framing="length",
     )
+
+
+def _openai_overflow(n_ctx: int, used: int) -> str:
+    error = {
+        "message": f"This model's maximum context length is {n_ctx} "
+        f"tokens. However, your messages resulted in {used} tokens.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+    return json.dumps({"error": error})
 
 
 def model_server(
@@ -93,6 +119,22 @@ def model_server(
             return Reply(media_type="application/json", body=(props,), framing="length")
         return _json_reply(props)
 
+    def typed(exchange: Exchange, used: int) -> Reply:
+        # The two typed-event protocols, each on its own path only.
+        if protocol_of(exchange.path) != kind:
+            return error_reply(404, '{"error":"not found"}')
+        if kind == "anthropic":
+            if used > n_ctx:
+                error = {
+                    "type": "invalid_request_error",
+                    "message": f"prompt is too long: {used} tokens > {n_ctx} maximum",
+                }
+                return error_reply(400, json.dumps({"type": "error", "error": error}))
+            return Reply(body=tuple(anthropic_sse_events(answer, usage=(used, 2))))
+        if used > n_ctx:
+            return error_reply(400, _openai_overflow(n_ctx, used))
+        return Reply(body=tuple(responses_sse_events(answer, usage=(used, 2))))
+
     def respond(exchange: Exchange) -> Reply:
         found = discovery(exchange)
         if found is not None:
@@ -115,6 +157,8 @@ def model_server(
             last["prompt_eval_count"] = used
             lines[-1] = (json.dumps(last) + "\n").encode()
             return Reply(media_type="application/x-ndjson", body=tuple(lines))
+        if kind in ("anthropic", "openai-responses"):
+            return typed(exchange, used)
         if not exchange.path.endswith("/chat/completions") or kind == "ollama":
             return error_reply(404, '{"error":"not found"}')
         if used > n_ctx:
@@ -134,20 +178,7 @@ def model_server(
                         }
                     ),
                 )
-            return error_reply(
-                400,
-                json.dumps(
-                    {
-                        "error": {
-                            "message": f"This model's maximum context length is {n_ctx} "
-                            f"tokens. However, your messages resulted in {used} tokens.",
-                            "type": "invalid_request_error",
-                            "param": "messages",
-                            "code": "context_length_exceeded",
-                        }
-                    }
-                ),
-            )
+            return error_reply(400, _openai_overflow(n_ctx, used))
         if not stream:
             return openai_json_reply(answer)
         wants_usage = bool((request.get("stream_options") or {}).get("include_usage"))

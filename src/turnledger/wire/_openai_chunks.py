@@ -50,16 +50,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import LimitExceeded, ProviderError
+from .._errors import LimitExceeded
 from ..events import Usage
 from ..sessions._ports import Completion
 from ._limits import StreamLimits
-from ._sse import ServerSentEvent, SSEDecoder
+from ._sse import ServerSentEvent
 from ._stream import (
     ROLES,
     SSE_EVENT_TYPES,
     BodyDecoder,
-    ResponseDecoder,
+    SSEStreamDecoder,
     describe,
     incomplete,
     known_finish_reason,
@@ -233,46 +233,11 @@ def _too_long(limit: int) -> LimitExceeded:
     return LimitExceeded(f"the answer is longer than {limit} characters")
 
 
-class OpenAIStreamDecoder(ResponseDecoder):
+class OpenAIStreamDecoder(SSEStreamDecoder):
     """Bytes of a ``text/event-stream`` chat response to preview and completion."""
 
-    __slots__ = ("_sse", "_validator")
-
-    def __init__(self, limits: StreamLimits | None = None) -> None:
-        super().__init__(limits)
-        self._sse = SSEDecoder(self.limits)
-        self._validator = OpenAIChunkValidator(self.limits)
-
-    def feed(self, chunk: bytes) -> list[str]:
-        # ResponseDecoder.feed with the layers called inline: this runs once
-        # per read of a live stream.
-        if self._error is not None or self._bytes + len(chunk) > self._max_bytes:
-            return super().feed(chunk)
-        self._bytes += len(chunk)
-        out: list[str] = []
-        try:
-            self._feed_text(self._utf8.decode(chunk), out)
-        except ProviderError as exc:
-            self._error = exc
-            if out:
-                return out
-            raise
-        return out
-
-    def _feed_text(self, text: str, out: list[str]) -> None:
-        if not text:
-            return
-        sse = self._sse
-        feed = self._validator.feed
-        for event in sse.decode_text(text):
-            piece = feed(event)
-            if piece:
-                out.append(piece)
-        sse.check()  # an error the SSE layer left pending after these events
-
-    def _finish(self) -> Completion:
-        self._sse.flush()
-        return self._validator.finish(dropped=self._sse.dropped)
+    __slots__ = ()
+    _validator_class = OpenAIChunkValidator
 
 
 def parse_openai_completion(text: str, limits: StreamLimits | None = None) -> Completion:

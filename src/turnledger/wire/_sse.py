@@ -191,11 +191,24 @@ class SSEDecoder:
 
     def decode_text(self, text: str) -> list[ServerSentEvent]:
         """Feed decoded text (what :meth:`decode` does after UTF-8)."""
-        if self._quiet and text.startswith("data: ") and text.endswith("\n\n"):
-            # The fast path: the common read of a live stream is one whole
-            # single-line event with nothing buffered. Same result as the
-            # line path, in a third of the time.
-            payload = text[6:-2]
+        if self._quiet and text.endswith("\n\n"):
+            # The fast paths: the common read of a live stream is one whole
+            # event with nothing buffered, a single ``data`` line, after an
+            # ``event`` line in the typed protocols (Anthropic, Responses).
+            # Same result as the line path, in a third of the time.
+            if text.startswith("data: "):
+                payload, name = text[6:-2], "message"
+            elif text.startswith("event: ") and self._events < self._max_events:
+                end = text.find("\n", 7)
+                name, payload = text[7:end], text[end + 7 : -2]
+                if (
+                    not 0 < len(name) < self._fast_max
+                    or "\r" in name
+                    or text[end + 1 : end + 7] != "data: "
+                ):
+                    return self._decode_lines(text)
+            else:
+                return self._decode_lines(text)
             if (
                 len(payload) <= self._fast_max
                 and self._events < self._max_events
@@ -203,7 +216,7 @@ class SSEDecoder:
                 and "\r" not in payload
             ):
                 self._events += 1
-                return [_new_event(ServerSentEvent, (payload, "message", self._last_id, None))]
+                return [_new_event(ServerSentEvent, (payload, name, self._last_id, None))]
         return self._decode_lines(text)
 
     def _decode_lines(self, text: str) -> list[ServerSentEvent]:

@@ -19,12 +19,14 @@ the caller delivers the text and then calls :meth:`ResponseDecoder.check`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Protocol
 
 from .._errors import DecodeError, LimitExceeded, ProviderError, StreamProtocolError
 from ..events import Usage
 from ..sessions._ports import Completion
 from ._limits import StreamLimits
+from ._sse import ServerSentEvent, SSEDecoder
+from ._strict_json import loads_object
 from ._utf8 import Utf8Decoder
 
 __all__ = [
@@ -34,13 +36,20 @@ __all__ = [
     "ROLES",
     "SSE_EVENT_TYPES",
     "BodyDecoder",
+    "EventValidator",
     "ResponseDecoder",
+    "SSEStreamDecoder",
+    "TypedEventValidator",
     "describe",
     "incomplete",
+    "int_field",
     "known_finish_reason",
     "malformed",
+    "object_field",
     "protocol",
     "provider_error",
+    "string_field",
+    "typed_event",
     "usage_from",
 ]
 
@@ -64,21 +73,29 @@ FINISH_REASONS: Final = frozenset(
         "stop_sequence",
         "abort",
         "error",
+        "tool_use",
+        "refusal",
+        "pause_turn",
+        "model_context_window_exceeded",
+        "max_output_tokens",
     }
 )
 #: Chat roles.
 ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 #: SSE event types seen on chat streams.
 SSE_EVENT_TYPES: Final = frozenset({"message", "error", "ping", "done", "end"})
-#: Error types and codes of OpenAI-compatible servers.
+#: Error types and codes of OpenAI-compatible servers, Anthropic and the
+#: Responses API.
 ERROR_CODES: Final = frozenset(
     {
         "api_error",
         "authentication_error",
+        "billing_error",
         "context_length_exceeded",
         "insufficient_quota",
         "internal_error",
         "invalid_api_key",
+        "invalid_prompt",
         "invalid_request_error",
         "model_not_found",
         "not_found_error",
@@ -86,6 +103,7 @@ ERROR_CODES: Final = frozenset(
         "permission_error",
         "rate_limit_error",
         "rate_limit_exceeded",
+        "request_too_large",
         "server_error",
         "service_unavailable",
         "timeout",
@@ -181,6 +199,43 @@ def _count(value: Any, what: str) -> int | None:
     return value
 
 
+def typed_event(event: ServerSentEvent, max_depth: int) -> tuple[str, dict[str, Any]]:
+    """The ``type`` and the JSON object of a typed SSE event (Anthropic
+    Messages, the Responses API): the data's ``type`` must be a string and,
+    when the event has a name, the same string."""
+    obj = loads_object(event.data, max_depth=max_depth)
+    kind = obj.get("type")
+    if type(kind) is not str:
+        raise malformed("an event's data has no string type")
+    if kind != event.event and event.event != "message":
+        raise protocol("an SSE event named differently from its data's type")
+    return kind, obj
+
+
+def object_field(obj: dict[str, Any], key: str, what: str) -> dict[str, Any]:
+    """``obj[key]``, which must be a JSON object (``what`` names ``obj``)."""
+    value = obj.get(key)
+    if type(value) is not dict:
+        raise malformed(f"{what} has no {key} object")
+    return value
+
+
+def string_field(obj: dict[str, Any], key: str, what: str) -> str:
+    """``obj[key]``, which must be a string (``what`` names the field)."""
+    value = obj.get(key)
+    if type(value) is not str:
+        raise malformed(f"{what} is not a string")
+    return value
+
+
+def int_field(obj: dict[str, Any], key: str) -> int:
+    """``obj[key]``, which must be an integer."""
+    value = obj.get(key)
+    if type(value) is not int:
+        raise malformed(f"an event has no integer {key}")
+    return value
+
+
 def usage_from(prompt: Any, completion: Any, total: Any = None) -> Usage:
     """Token counts, type-checked; ``total`` defaults to the sum."""
     p = _count(prompt, "prompt")
@@ -215,6 +270,11 @@ class ResponseDecoder(ABC):
     @property
     def bytes_read(self) -> int:
         return self._bytes
+
+    def metadata(self) -> dict[str, int]:
+        """Counts about the response that are not the answer (Anthropic's
+        thinking characters, say), for a log line; empty by default."""
+        return {}
 
     def check(self) -> None:
         """Raise the pending error, if any."""
@@ -280,3 +340,84 @@ class BodyDecoder(ResponseDecoder):
 
     @abstractmethod
     def _parse(self, text: str) -> Completion: ...
+
+
+class TypedEventValidator:
+    """What the validators of typed SSE events (Anthropic, Responses) share:
+    the answer's pieces and their limit."""
+
+    __slots__ = ("_chars", "_depth", "_max_chars", "_parts")
+
+    def __init__(self, limits: StreamLimits | None = None) -> None:
+        lim = limits or StreamLimits()
+        self._max_chars = lim.max_output_chars
+        self._depth = lim.max_json_depth
+        self._parts: list[str] = []
+        self._chars = 0
+
+    def _count(self, n: int) -> None:
+        self._chars += n
+        if self._chars > self._max_chars:
+            raise LimitExceeded(f"the answer is longer than {self._max_chars} characters")
+
+
+class EventValidator(Protocol):
+    """A protocol's turn validator over SSE events."""
+
+    def __init__(self, limits: StreamLimits | None = None) -> None: ...
+
+    def feed(self, event: ServerSentEvent) -> str:
+        """One event; returns the answer text it adds (``""`` for none)."""
+        ...
+
+    def finish(self, *, dropped: bool = False) -> Completion:
+        """The end of the stream (``dropped``: inside an unterminated event)."""
+        ...
+
+
+class SSEStreamDecoder(ResponseDecoder):
+    """Bytes of a ``text/event-stream`` response to preview and completion,
+    through the protocol's :class:`EventValidator` (``_validator_class``)."""
+
+    __slots__ = ("_sse", "_validator")
+    _validator_class: ClassVar[type[EventValidator]]
+
+    def __init__(self, limits: StreamLimits | None = None) -> None:
+        super().__init__(limits)
+        self._sse = SSEDecoder(self.limits)
+        self._validator = self._validator_class(self.limits)
+
+    def feed(self, chunk: bytes) -> list[str]:
+        # ResponseDecoder.feed with the layers called inline: this runs once
+        # per read of a live stream.
+        if self._error is not None or self._bytes + len(chunk) > self._max_bytes:
+            return super().feed(chunk)
+        self._bytes += len(chunk)
+        out: list[str] = []
+        try:
+            self._feed_text(self._utf8.decode(chunk), out)
+        except ProviderError as exc:
+            self._error = exc
+            if out:
+                return out
+            raise
+        return out
+
+    def _feed_text(self, text: str, out: list[str]) -> None:
+        if not text:
+            return
+        sse = self._sse
+        feed = self._validator.feed
+        for event in sse.decode_text(text):
+            piece = feed(event)
+            if piece:
+                out.append(piece)
+        sse.check()  # an error the SSE layer left pending after these events
+
+    def _finish(self) -> Completion:
+        self._sse.flush()
+        return self._validator.finish(dropped=self._sse.dropped)
+
+    def metadata(self) -> dict[str, int]:
+        counts = getattr(self._validator, "metadata", None)
+        return counts() if counts is not None else {}

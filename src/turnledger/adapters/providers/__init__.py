@@ -4,12 +4,14 @@ The pure decoders live in :mod:`turnledger.wire` (re-exported here); this
 package holds the httpx shells that drive them. The layers::
 
     bytes --Utf8Decoder--> text --SSEDecoder / NDJSONDecoder--> frames
-          --loads_object--> JSON --OpenAIChunkValidator / OllamaLineValidator--> turn
+          --loads_object--> JSON --a protocol's validator--> turn
 
-``OpenAIStreamDecoder`` and ``OllamaStreamDecoder`` compose them (bytes in,
-preview text out, a ``Completion`` or a typed error at the end). The httpx
-providers, :class:`OpenAIChat` and :class:`OllamaChat`, are imported lazily
-so that importing a pure layer does not import httpx.
+The stream decoders compose them (bytes in, preview text out, a
+``Completion`` or a typed error at the end). The httpx providers, one per
+protocol, are imported lazily so that importing a pure layer does not import
+httpx: :class:`OpenAIChat` (chat completions), :class:`OllamaChat`,
+:class:`AnthropicChat` (Messages) and :class:`OpenAIResponses` (Responses).
+:data:`PROVIDER_KINDS` names them for the command line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ...wire import (
+    AnthropicEncoder,
+    AnthropicEventValidator,
+    AnthropicStreamDecoder,
     NDJSONDecoder,
     OllamaLineValidator,
     OllamaResponseDecoder,
@@ -26,6 +31,9 @@ from ...wire import (
     OpenAIResponseDecoder,
     OpenAIStreamDecoder,
     ResponseDecoder,
+    ResponsesEncoder,
+    ResponsesEventValidator,
+    ResponsesStreamDecoder,
     ServerSentEvent,
     SSEDecoder,
     StreamLimits,
@@ -34,14 +42,22 @@ from ...wire import (
     loads_strict,
     parse_openai_completion,
 )
+from ._kinds import PROVIDER_KINDS, ProviderKind
 from ._retry import RetryPolicy, parse_retry_after
 
 if _TYPE_CHECKING:
     from ._http import map_httpx_error
+    from .anthropic import AnthropicChat
     from .ollama import OllamaChat
     from .openai import OpenAIChat
+    from .responses import OpenAIResponses
 
 __all__ = [
+    "PROVIDER_KINDS",
+    "AnthropicChat",
+    "AnthropicEncoder",
+    "AnthropicEventValidator",
+    "AnthropicStreamDecoder",
     "NDJSONDecoder",
     "OllamaChat",
     "OllamaLineValidator",
@@ -50,8 +66,13 @@ __all__ = [
     "OpenAIChat",
     "OpenAIChunkValidator",
     "OpenAIResponseDecoder",
+    "OpenAIResponses",
     "OpenAIStreamDecoder",
+    "ProviderKind",
     "ResponseDecoder",
+    "ResponsesEncoder",
+    "ResponsesEventValidator",
+    "ResponsesStreamDecoder",
     "RetryPolicy",
     "SSEDecoder",
     "ServerSentEvent",
@@ -65,7 +86,9 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AnthropicChat": ".anthropic",
     "OpenAIChat": ".openai",
+    "OpenAIResponses": ".responses",
     "OllamaChat": ".ollama",
     "map_httpx_error": "._http",
 }

@@ -23,8 +23,10 @@ Messages never contain the response body, the URL's query, or a header.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -129,7 +131,7 @@ def media_type(response: httpx.Response) -> str:
 
 #: What servers say when a prompt does not fit the model's context window
 #: (lower case): OpenAI, vLLM and LiteLLM's error code; llama.cpp's server;
-#: Ollama's error texts.
+#: Ollama's error texts; Anthropic's "prompt is too long".
 OVERFLOW_MARKERS: tuple[bytes, ...] = (
     b"context_length_exceeded",
     b"exceeds the available context size",
@@ -138,6 +140,7 @@ OVERFLOW_MARKERS: tuple[bytes, ...] = (
     b"exceeds the context length",
     b"input length exceeds",
     b"context length exceeded",
+    b"prompt is too long",
 )
 _OVERFLOW_STATUSES = frozenset({400, 413, 422, 500})
 
@@ -184,6 +187,7 @@ class ChatTransport:
         limits: StreamLimits,
         retry: RetryPolicy | None,
         read_size: int | None,
+        auth: tuple[str, str] = ("Authorization", "Bearer "),
     ) -> None:
         if read_size is not None and read_size < 1:
             msg = "read_size must be positive"
@@ -194,6 +198,7 @@ class ChatTransport:
         self._where = {"host": parsed.host, "port": parsed.port, "path": parsed.path}
         self._headers = dict(headers)
         self._api_key = api_key
+        self._auth = auth
         self._client = client
         self._limits = limits
         self._retry = retry
@@ -212,7 +217,8 @@ class ChatTransport:
         log = logger.bind(provider=self.provider, request_id=request.request_id)
         headers = self._headers
         if self._api_key is not None:
-            headers = {**headers, "Authorization": f"Bearer {self._api_key.reveal()}"}
+            name, prefix = self._auth
+            headers = {**headers, name: prefix + self._api_key.reveal()}
         attempt = 0
         while True:
             attempt += 1
@@ -314,6 +320,7 @@ class ChatTransport:
             bytes=decoder.bytes_read,
             answer_chars=len(completion.answer),
             finish_reason=completion.finish_reason,
+            **decoder.metadata(),
         )
         return completion
 
@@ -348,6 +355,14 @@ def merge_extra(fields: dict[str, Any], extra: Mapping[str, Any] | None) -> dict
     return fields
 
 
+@functools.cache
+def _ssl_context(trust_env: bool) -> ssl.SSLContext:
+    # What httpx builds for every client (CA bundle, SSL_CERT_FILE and
+    # SSL_CERT_DIR with trust_env), built once: loading the bundle takes
+    # tens of milliseconds, and a context may serve any number of clients.
+    return httpx.create_ssl_context(trust_env=trust_env)
+
+
 class HTTPChatProvider:
     """What the HTTP providers share: the client, the transport, the encoder,
     ``complete()``, closing. Subclasses say which endpoint and decoders."""
@@ -357,6 +372,10 @@ class HTTPChatProvider:
     _stream_decoder: ClassVar[type[ResponseDecoder]]
     _json_decoder: ClassVar[type[ResponseDecoder]]
     _tool_format: ClassVar[ToolFormat] = "openai"
+    #: The header that carries the API key, and what precedes the key in it.
+    _auth: ClassVar[tuple[str, str]] = ("Authorization", "Bearer ")
+    #: The httpx timeouts a provider of this class gets by default.
+    default_timeout: ClassVar[httpx.Timeout]
 
     def __init__(
         self,
@@ -380,7 +399,9 @@ class HTTPChatProvider:
         self._described: dict[str, ModelInfo] = {}
         self._api_key_secret = Secret(api_key) if api_key else None
         self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=trust_env)
+        self._client = client or httpx.AsyncClient(
+            timeout=timeout, trust_env=trust_env, verify=_ssl_context(trust_env)
+        )
         self._limits = limits or StreamLimits()
         self._media_types = (self._stream_media_type if stream else "application/json",)
         self._transport = ChatTransport(
@@ -396,6 +417,7 @@ class HTTPChatProvider:
             limits=self._limits,
             retry=retry,
             read_size=read_size,
+            auth=self._auth,
         )
 
     @property
@@ -451,7 +473,8 @@ class HTTPChatProvider:
         """
         headers = {"Accept": "application/json"}
         if self._api_key_secret is not None:
-            headers["Authorization"] = f"Bearer {self._api_key_secret.reveal()}"
+            name, prefix = self._auth
+            headers[name] = prefix + self._api_key_secret.reveal()
         path = httpx.URL(url).path
         try:
             async with self._client.stream(

@@ -54,7 +54,7 @@ class RetryPolicy:
     max_retry_after: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
     #: Status codes worth another attempt.
     statuses: frozenset[int] = attrs.field(
-        default=frozenset({429, 502, 503, 504}), converter=frozenset
+        default=frozenset({429, 502, 503, 504, 529}), converter=frozenset
     )
 
     def delay(

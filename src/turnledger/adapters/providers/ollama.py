@@ -56,6 +56,7 @@ class OllamaChat(HTTPChatProvider):
     """
 
     _name = "ollama"
+    default_timeout = DEFAULT_OLLAMA_TIMEOUT
     _tool_format = "ollama"
     _stream_media_type = "application/x-ndjson"
     _stream_decoder = OllamaStreamDecoder

@@ -17,7 +17,7 @@ from ...wire._openai_chunks import OpenAIResponseDecoder, OpenAIStreamDecoder
 from ._http import HTTPChatProvider, merge_extra, window_from
 from ._retry import RetryPolicy
 
-__all__ = ["DEFAULT_TIMEOUT", "OpenAIChat"]
+__all__ = ["DEFAULT_TIMEOUT", "OpenAIChat", "discover_openai_window"]
 
 #: Connect within 10 s; a read may wait 60 s (the gap between two chunks,
 #: or before the first one while a long prompt is processed; servers that
@@ -77,6 +77,7 @@ class OpenAIChat(HTTPChatProvider):
     """
 
     _name = "openai"
+    default_timeout = DEFAULT_TIMEOUT
     _stream_media_type = "text/event-stream"
     _stream_decoder = OpenAIStreamDecoder
     _json_decoder = OpenAIResponseDecoder
@@ -125,49 +126,56 @@ class OpenAIChat(HTTPChatProvider):
         )
 
     async def _discover(self, model: str) -> tuple[int | None, str]:
-        """Ask the server for the model's window, the first that answers:
+        return await discover_openai_window(self, self._base, model)
 
-        - ``GET /v1/models``: vLLM's ``max_model_len``, LM Studio's and
-          others' ``max_context_length`` / ``context_length`` for the model;
-        - ``GET /props`` (llama.cpp's server): ``n_ctx``, or
-          ``default_generation_settings.n_ctx``;
-        - ``GET /api/v0/models/<model>`` (LM Studio): ``max_context_length``.
 
-        OpenAI itself answers none of them: the fallback table applies.
-        """
-        root = self._base[: -len("/v1")] if self._base.endswith("/v1") else self._base
-        problems: list[str] = []
+async def discover_openai_window(
+    provider: HTTPChatProvider, base: str, model: str
+) -> tuple[int | None, str]:
+    """Ask an OpenAI-style server (base URL ``.../v1``) for the model's
+    window, the first that answers:
 
-        def note(why: str) -> None:
-            if why:
-                problems.append(why)
+    - ``GET /v1/models``: vLLM's ``max_model_len``, LM Studio's and
+      others' ``max_context_length`` / ``context_length`` for the model;
+    - ``GET /props`` (llama.cpp's server): ``n_ctx``, or
+      ``default_generation_settings.n_ctx``;
+    - ``GET /api/v0/models/<model>`` (LM Studio): ``max_context_length``.
 
-        listing, why = await self._probe("GET", self._base + "/models")
-        note(why)
-        window, why = window_from(_in_model_list(listing, model))
+    OpenAI itself answers none of them: the fallback table applies.
+    """
+    root = base[: -len("/v1")] if base.endswith("/v1") else base
+    problems: list[str] = []
+
+    def note(why: str) -> None:
+        if why:
+            problems.append(why)
+
+    listing, why = await provider._probe("GET", base + "/models")
+    note(why)
+    window, why = window_from(_in_model_list(listing, model))
+    note(why)
+    if window is not None:
+        return window, ""
+    props, why = await provider._probe("GET", root + "/props")
+    note(why)
+    if isinstance(props, dict):
+        n_ctx = props.get("n_ctx")
+        settings = props.get("default_generation_settings")
+        if n_ctx is None and isinstance(settings, dict):
+            n_ctx = settings.get("n_ctx")
+        window, why = window_from(n_ctx)
         note(why)
         if window is not None:
             return window, ""
-        props, why = await self._probe("GET", root + "/props")
+    lm, why = await provider._probe("GET", f"{root}/api/v0/models/{model}")
+    note(why)
+    if isinstance(lm, dict):
+        window, why = window_from(lm.get("max_context_length"))
         note(why)
-        if isinstance(props, dict):
-            n_ctx = props.get("n_ctx")
-            settings = props.get("default_generation_settings")
-            if n_ctx is None and isinstance(settings, dict):
-                n_ctx = settings.get("n_ctx")
-            window, why = window_from(n_ctx)
-            note(why)
-            if window is not None:
-                return window, ""
-        lm, why = await self._probe("GET", f"{root}/api/v0/models/{model}")
-        note(why)
-        if isinstance(lm, dict):
-            window, why = window_from(lm.get("max_context_length"))
-            note(why)
-            if window is not None:
-                return window, ""
-        implausible = [p for p in problems if "window" in p]
-        return None, (implausible or ["the server does not report a context window"])[0]
+        if window is not None:
+            return window, ""
+    implausible = [p for p in problems if "window" in p]
+    return None, (implausible or ["the server does not report a context window"])[0]
 
 
 def _in_model_list(listing: object, model: str) -> object:
