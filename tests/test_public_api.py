@@ -50,13 +50,14 @@ PUBLIC: dict[str, str] = {
         "store_kind"
     ),
     "turnledger.testing": (
-        "Abort Begin Chunk EventStoreContract Exchange Fail Finish Hang Hook InSequence "
-        "LoopbackServer MemoryStore Pause Reply ReplyScript Responder Script "
-        "ScriptedProvider ServerKind Stall Step WritePause chat_responder echo_script "
+        "Abort Begin Chunk EventStoreContract Exchange Fail FaultyProvider FaultyStore Finish "
+        "Hang Hook InSequence LoopbackServer MemoryStore Pause Reply ReplyScript Responder "
+        "Script ScriptedProvider ServerKind SimulationFailure SimulationReport Stall Step "
+        "WritePause chat_responder echo_script "
         "error_reply model_server ollama_json_reply ollama_ndjson_lines "
         "ollama_stream_reply ollama_tool_call_lines open_loopback_server "
         "openai_error_event openai_json_reply openai_sse_chunks openai_stream_reply "
-        "openai_tool_call_chunks sample_events sse_event tool_call_reply"
+        "openai_tool_call_chunks sample_events simulate sse_event tool_call_reply"
     ),
 }
 
