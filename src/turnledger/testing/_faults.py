@@ -90,7 +90,7 @@ PROVIDER_FAULTS: Final = {
     "reset_before": 2,
     "reset_after": 2,
     "stall": 1,
-    "late": 2,
+    "late": 5,
     "failed": 1,
     "unusable": 1,
     "tools": 4,
@@ -330,16 +330,9 @@ class FaultyProvider:
         if kind == "tools" and not (request.tools and self._tools and rnd < 2):
             kind = "ok"
         answer = f"{rid}/{rnd}/{self._n}"
-        await trio.sleep(rng.uniform(0.0, 0.5))
+        await trio.sleep(rng.expovariate(0.2))  # the time to the first byte, 5 s on average
         if kind == "reset_before":
             raise ProviderError("connection reset before the first byte", reason="transport")
-        if kind == "late":
-            # A server (or SDK) that cannot be interrupted: it answers after
-            # however long it takes, whether the turn still waits or not.
-            with trio.CancelScope(shield=True):
-                await trio.sleep(rng.uniform(0.0, 90.0))
-                await sink.started()
-                return self._done(rid, rnd, Completion(answer, "stop"))
         await sink.started()
         if kind == "tools":
             calls = tuple(
@@ -361,6 +354,13 @@ class FaultyProvider:
                 ["http_status", "protocol", "malformed", "provider_error"]
             )
             raise ProviderError("the server failed", reason=reason)
+        if kind == "late":
+            # The last part cannot be interrupted (a server or SDK that
+            # finishes what it started): the answer comes however long it
+            # takes, whether the turn still waits for it or not.
+            with trio.CancelScope(shield=True):
+                await trio.sleep(rng.uniform(0.0, 45.0))
+                return self._done(rid, rnd, Completion(answer, "stop"))
         if kind == "unusable":
             text, finish = rng.choice([("", "stop"), (answer, "length"), (answer, None)])
             return self._done(rid, rnd, Completion(text, finish))

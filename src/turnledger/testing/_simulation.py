@@ -41,7 +41,8 @@ Store faults. Today a store fault under a turn stops the session's actor
 (its callers get ``SessionClosed``); a runtime may instead end the turn as
 a store error and go on. The invariants hold under both: a store fault may
 end a turn or close a session, but never loses an acknowledged commit and
-never lets anything unaccepted into history.
+never lets anything unaccepted into history. (A result whose reason is
+``store_error`` is not compared with the log: the store could not say.)
 """
 
 from __future__ import annotations
@@ -327,7 +328,7 @@ def _plan(rng: random.Random) -> _Plan:
     sessions = tuple(f"s{i}" for i in range(n))
     return _Plan(
         sessions,
-        frozenset(s for s in sessions if rng.random() < 0.4),
+        frozenset(s for s in sessions if rng.random() < 0.5),
         rng.choice((0.0, 0.03, 0.1, 0.25)),
         rng.randint(1, 3),
         rng.randint(2, 5),
@@ -343,7 +344,10 @@ async def _watch(run: _Run, sid: str, handle: Any, cancel: bool, hub: Any) -> No
         if cause is not None and not isinstance(cause, StoreError):
             run.fail(f"{sid}: the actor stopped on {type(cause).__name__}: {cause}")
         return
-    run.results.append((sid, handle.request_id, result))
+    # A turn ended by a store error may or may not be in the log (the store
+    # failed to say): the caller learns its fate by asking again.
+    if getattr(result, "reason", None) != "store_error":
+        run.results.append((sid, handle.request_id, result))
     if isinstance(result, CommittedResult):
         run.acked[(sid, handle.request_id)] = result.answer
     await _check_session(run, sid, hub)
