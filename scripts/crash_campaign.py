@@ -14,7 +14,7 @@ turnledger.testing._campaign): commits the child reported that are missing
 that the next start did not close (unrecovered). Every N trials start on a
 new file (or a new PostgreSQL schema). The campaign goes on past a failed
 trial, printing what it found, and exits 1 if any trial failed; the stores
-are left in place for inspection.
+of a failed campaign (or with --keep) are left in place for inspection.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import argparse
 import logging
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -50,7 +51,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--trials", type=int, default=200, help="how many (default 200)")
     parser.add_argument("--store", choices=["sqlite", "journal", "postgres"], default="sqlite")
     parser.add_argument("--max-delay", type=float, default=0.5, help="seconds after 1st commit")
     parser.add_argument("--seed", default=None, help="seed of the kill delays")
@@ -62,6 +63,7 @@ def main() -> int:
         "(default: $TURNLEDGER_TEST_PG_DSN)",
     )
     parser.add_argument("--every", type=int, default=25, help="print a line every N trials")
+    parser.add_argument("--keep", action="store_true", help="keep the stores of a passed campaign")
     args = parser.parse_args()
     if args.store == "postgres" and not args.pg_dsn:
         parser.error("--store postgres needs --pg-dsn or TURNLEDGER_TEST_PG_DSN")
@@ -96,12 +98,27 @@ def main() -> int:
                 flush=True,
             )
     where = f"schemas crash_{run_id}_*" if args.store == "postgres" else str(folder)
+    if failed or args.keep:
+        where = f"; stores in {where}"
+    else:  # nothing to inspect
+        _drop(args, run_id, folder, (args.trials - 1) // args.fresh_every + 1)
+        where = ""
     verdict = "ok" if not failed else f"FAILED in {failed} trials"
     print(
         f"{verdict}: {args.store}, {args.trials} trials, {reported} commits reported, "
-        f"{lost} lost, {torn} torn, {unrecovered} not recovered; stores in {where}"
+        f"{lost} lost, {torn} torn, {unrecovered} not recovered{where}"
     )
     return 1 if failed else 0
+
+
+def _drop(args: argparse.Namespace, run_id: str, folder: Path, stores: int) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    if args.store == "postgres":
+        import psycopg
+
+        with psycopg.connect(args.pg_dsn, autocommit=True, connect_timeout=10) as admin:
+            for n in range(stores):
+                admin.execute(f'DROP SCHEMA IF EXISTS "crash_{run_id}_{n}" CASCADE')
 
 
 if __name__ == "__main__":
