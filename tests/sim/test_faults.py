@@ -99,3 +99,8 @@ def test_dangling_calls_are_named() -> None:
     user = ChatMessage("user", "q")
     assert dangling_calls(ChatRequest("r", "m", (user, asked, answered))) == []
     assert dangling_calls(ChatRequest("r", "m", (user, asked))) == ["c1"]
+
+
+def test_an_unknown_fault_is_refused() -> None:
+    with pytest.raises(ValueError, match="disk_on_fire"):
+        _store("disk_on_fire")

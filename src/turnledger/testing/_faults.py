@@ -128,7 +128,8 @@ class Leases:
 
 class FaultyStore:
     """An :class:`~turnledger.events.EventStore` that injects faults into
-    ``inner``'s appends (see the module docstring).
+    ``inner``'s appends (see the module docstring). A session must be
+    acquired (as the hub's actors do) before it is appended to.
 
     Args:
         inner: the store that keeps what was durable; never closed here.
@@ -154,6 +155,9 @@ class FaultyStore:
         self._rng = rng
         self._rate = rate
         self._faults = tuple(faults)
+        unknown = set(self._faults) - set(STORE_FAULTS)
+        if unknown:
+            raise ValueError(f"unknown store faults: {sorted(unknown)}")
         self.leases = Leases() if leases is None else leases
         #: The epoch of each session this process acquired.
         self.held: dict[str, int] = {}
