@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -71,16 +72,25 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="turnledger-crash-"))
     run_id = uuid.uuid4().hex[:8]
     t0 = time.monotonic()
-    reported = lost = torn = unrecovered = in_flight = failed = 0
+    reported = lost = torn = unrecovered = in_flight = failed = done = 0
     url = ""
+    # SIGTERM (or Ctrl-C) ends the campaign early, with the totals so far.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     for i in range(args.trials):
-        if i % args.fresh_every == 0:
-            n = i // args.fresh_every
-            if args.store == "postgres":
-                url = _pg_url(args.pg_dsn, f"crash_{run_id}_{n}")
-            else:
-                url = str(folder / f"crash-{n}{'.db' if args.store == 'sqlite' else '.jsonl'}")
-        trial = run_campaign_trial(url, rng=rng, max_delay=args.max_delay)
+        try:
+            if i % args.fresh_every == 0:
+                n = i // args.fresh_every
+                if args.store == "postgres":
+                    url = _pg_url(args.pg_dsn, f"crash_{run_id}_{n}")
+                else:
+                    suffix = ".db" if args.store == "sqlite" else ".jsonl"
+                    url = str(folder / f"crash-{n}{suffix}")
+            trial = run_campaign_trial(url, rng=rng, max_delay=args.max_delay)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let it sum up
+            print(f"stopped after {done} trials", flush=True)
+            break
+        done += 1
         s = trial.survey
         reported += trial.reported
         lost, torn, unrecovered = lost + s.lost, torn + s.torn, unrecovered + s.unrecovered
@@ -101,11 +111,11 @@ def main() -> int:
     if failed or args.keep:
         where = f"; stores in {where}"
     else:  # nothing to inspect
-        _drop(args, run_id, folder, (args.trials - 1) // args.fresh_every + 1)
+        _drop(args, run_id, folder, (max(done, 1) - 1) // args.fresh_every + 1)
         where = ""
     verdict = "ok" if not failed else f"FAILED in {failed} trials"
     print(
-        f"{verdict}: {args.store}, {args.trials} trials, {reported} commits reported, "
+        f"{verdict}: {args.store}, {done} trials, {reported} commits reported, "
         f"{lost} lost, {torn} torn, {unrecovered} not recovered{where}"
     )
     return 1 if failed else 0
