@@ -144,8 +144,7 @@ def windowed(repeat: int) -> None:
     state = attrs.evolve(Idle(config=config, turns=h), calibration=(5, 4))
 
     def session_plan() -> object:
-        cap = prompt_token_cap(state, budget)
-        return plan("m", SYSTEM, h, 0, q, attrs.evolve(budget, max_prompt_tokens=cap))
+        return plan("m", SYSTEM, h, 0, q, budget, token_cap=prompt_token_cap(state, budget))
 
     session_plan()
     with_window = median_time(session_plan, repeat * 20)

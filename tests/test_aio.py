@@ -19,8 +19,7 @@ from turnledger.sessions import (
     RejectedResult,
     open_hub,
 )
-from turnledger.testing import MemoryStore
-from turnledger.testing._scripted import Chunk, Finish, Hang, Pause, ScriptedProvider, Step
+from turnledger.testing import Chunk, Finish, Hang, MemoryStore, Pause, ScriptedProvider, Step
 
 
 def slow_script(request: ChatRequest) -> list[Step]:

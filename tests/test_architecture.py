@@ -40,10 +40,11 @@ RUNTIME = "turnledger.runtime"
 #: what an import really loads, below, rather than by their import lines).
 LAZY = {"turnledger.sessions"}
 #: Pure modules outside those folders: the error types, the public SSE
-#: decoder and the retry arithmetic the provider adapters use.
+#: decoder, the text escapes and the retry arithmetic the provider adapters use.
 PURE_ELSEWHERE = [
     "turnledger._errors",
     "turnledger.sse",
+    "turnledger.text",
     "turnledger.adapters.providers._retry",
 ]
 PURE = [

@@ -18,8 +18,7 @@ from turnledger.runtime._log import EVENTS, FIELDS
 RUN = """
 import trio
 from turnledger.sessions import open_hub
-from turnledger.testing import MemoryStore, ScriptedProvider
-from turnledger.testing._scripted import Chunk, Finish, Hook
+from turnledger.testing import Chunk, Finish, Hook, MemoryStore, ScriptedProvider
 
 async def boom(request):
     raise RuntimeError("a bug in the provider")

@@ -15,8 +15,17 @@ from trio.testing import wait_all_tasks_blocked
 from turnledger.adapters.providers import OpenAIChat
 from turnledger.events import StoredEvent
 from turnledger.sessions import CommittedResult, DiscardedResult, open_hub
-from turnledger.testing import MemoryStore, open_loopback_server, openai_stream_reply
-from turnledger.testing._scripted import Begin, Chunk, Finish, Hang, Pause, ScriptedProvider
+from turnledger.testing import (
+    Begin,
+    Chunk,
+    Finish,
+    Hang,
+    MemoryStore,
+    Pause,
+    ScriptedProvider,
+    open_loopback_server,
+    openai_stream_reply,
+)
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk")
 

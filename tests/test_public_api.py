@@ -5,6 +5,8 @@ separated by spaces, in ``__all__`` order."""
 from __future__ import annotations
 
 import importlib
+import re
+from pathlib import Path
 
 import pytest
 
@@ -19,9 +21,9 @@ PUBLIC: dict[str, str] = {
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
-        "WIRE_TAGS CompletionIgnored DiscardReason Event EventCodec EventDecoder EventStore "
-        "HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId SessionId "
-        "SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
+        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Event EventCodec "
+        "EventDecoder EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason "
+        "RequestId SessionId SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
         "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
         "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource"
     ),
@@ -38,6 +40,7 @@ PUBLIC: dict[str, str] = {
         "replay replay_sessions request_messages"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
+    "turnledger.text": "INVISIBLE_RANGES visible",
     "turnledger.adapters.providers": (
         "NDJSONDecoder OllamaChat OllamaLineValidator OllamaResponseDecoder "
         "OllamaStreamDecoder OpenAIChat OpenAIChunkValidator OpenAIResponseDecoder "
@@ -76,3 +79,36 @@ def test_all_is_pinned_sorted_and_complete(name: str) -> None:
         if not n.startswith("_") and not isinstance(v, type(importlib))
     }
     assert public <= set(names) | {"annotations"}, public - set(names)
+
+
+_PRIVATE_KIT_IMPORT = re.compile(r"turnledger\.testing\.(_\w+) import (\([^)]*\)|[^\n]*)")
+
+
+def _public_names_taken_privately(text: str, kit: set[str]) -> list[str]:
+    return [
+        f"{module}.{name}"
+        for module, names in _PRIVATE_KIT_IMPORT.findall(text)
+        for name in sorted(kit & set(re.findall(r"\w+", names)))
+    ]
+
+
+def test_tests_take_the_testing_kit_by_its_public_names() -> None:
+    # A test is the kit's first user: it imports from turnledger.testing
+    # whatever that exports, never from the private module behind it (in
+    # code, or in code that a test runs in a child process).
+    kit = set(importlib.import_module("turnledger.testing").__all__)
+    found = {
+        path.name: taken
+        for path in sorted(Path(__file__).parent.rglob("*.py"))
+        if path != Path(__file__)  # (its sample below)
+        and (taken := _public_names_taken_privately(path.read_text(encoding="utf-8"), kit))
+    }
+    assert found == {}
+    # The check sees both forms, and lets a private name through.
+    sample = (
+        "from turnledger.testing._scripted import Chunk, Finish\n"
+        "from turnledger.testing._crash import (\n    run_trial,\n    Hook,\n)\n"
+        "from turnledger.testing import ScriptedProvider\n"
+    )
+    taken = _public_names_taken_privately(sample, kit)
+    assert taken == ["_scripted.Chunk", "_scripted.Finish", "_crash.Hook"]

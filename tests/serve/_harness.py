@@ -59,6 +59,11 @@ def responder(exchange: Exchange) -> Reply:
     return Reply(body=openai_sse_chunks(answer_for(question), usage=(9, 4)))
 
 
+#: Ids the library takes that the path of a URL cannot carry as they are.
+ODD_IDS = ["café", "sid with space", ".", "..", "a/b", "~home", "%2e", "?x#y",
+           "new\nline", "\u202e"]  # fmt: skip
+
+
 @contextmanager
 def loopback() -> Iterator[LoopbackServer]:
     with LoopbackServer(responder).start_in_thread() as server:

@@ -3,6 +3,8 @@ loopback provider server behind it."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import signal
 import sqlite3
@@ -15,6 +17,7 @@ import httpx
 import pytest
 
 from serve._harness import (
+    ODD_IDS,
     Serve,
     answer_for,
     loopback,
@@ -23,6 +26,7 @@ from serve._harness import (
     serve_command,
     sse_events,
 )
+from turnledger.serve import quote_id
 from turnledger.testing import LoopbackServer
 
 pytestmark = [pytest.mark.loopback]
@@ -178,8 +182,11 @@ def test_every_error_has_its_status_and_code_and_changes_nothing(service: Serve)
         _error(c.post(turns, json=["a list"]), 400, "bad_json")
         _error(c.post(turns, json={"question": 7}), 400, "bad_field")
         _error(c.post(turns, json={"question": "q", "extra": 1}), 400, "bad_field")
-        _error(c.post(turns, json={"question": "q", "request_id": "a b"}), 400, "bad_request_id")
-        _error(c.post("/v1/sessions/a%20b/turns", json={"question": "q"}), 400, "bad_session_id")
+        _error(c.post(turns, json={"question": "q", "request_id": ""}), 400, "bad_request_id")
+        _error(c.post(turns, json={"question": "q", "request_id": 7}), 400, "bad_request_id")
+        for segment in ("%FF", "~", "%2e%2E"):  # not UTF-8, no id, a bare dot segment
+            bad = c.post(f"/v1/sessions/{segment}/turns", json={"question": "q"})
+            _error(bad, 400, "bad_session_id")
         _error(
             c.post(turns, content=b'{"question": "' + b"x" * 20_000 + b'"}'), 413, "body_too_large"
         )
@@ -452,3 +459,58 @@ def test_a_turn_gives_its_slot_back_after_start_hold(
         assert events[-1]["data"]["answer"] == answer_for("hi")
         assert waited < 30
         c.post("/v1/sessions/hold-a/turns/a1/cancel")
+
+
+def test_every_id_the_library_takes_is_addressable(service: Serve) -> None:
+    with service.client() as c:
+        for n, sid in enumerate(ODD_IDS):
+            rid = ODD_IDS[-1 - n]
+            path = f"/v1/sessions/{quote_id(sid)}"
+            status, events = post_turn(c, quote_id(sid), f"question {n}", rid=rid)
+            assert status == 200, (sid, events)
+            assert events[0]["data"] == {"session_id": sid, "request_id": rid}
+            assert events[-1]["data"]["answer"] == f"echo: question {n}"
+            session = c.get(path).json()
+            assert session["session_id"] == sid and session["turns"][0]["request_id"] == rid
+            for view in ("timeline", "state", "events"):
+                assert c.get(f"{path}/{view}").json()["session_id"] == sid, view
+            turn = f"{path}/turns/{quote_id(rid)}"
+            with c.stream("GET", f"{turn}/stream") as r:
+                assert sse_events(r)[-1]["data"]["request_id"] == rid
+            assert c.post(f"{turn}/cancel").json()["kind"] == "committed"
+        # the same id however its characters are escaped: "~" as %7E too
+        assert c.get("/v1/sessions/%7E%7Ehome").json()["session_id"] == "~home"
+        listed = {s["session_id"] for s in c.get("/v1/sessions?limit=1000").json()["sessions"]}
+        assert set(ODD_IDS) <= listed
+
+
+def test_every_response_forbids_framing_sniffing_and_foreign_code(service: Serve) -> None:
+    with service.client() as c:
+        post_turn(c, "headers-1", "hello")
+        page = c.get("/")
+        policy = page.headers["content-security-policy"]
+        # the page's own script and style, by the hash of what it serves
+        html = page.text
+        for tag, directive in (("script", "script-src"), ("style", "style-src")):
+            body = html.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0]
+            digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+            assert f"{directive} 'sha256-{digest}';" in policy
+        assert "default-src 'none';" in policy and "frame-ancestors 'none'" in policy
+        assert "connect-src 'self'" in policy and "unsafe" not in policy
+        responses = [
+            page,
+            c.get("/v1/sessions"),
+            c.get("/v1/sessions/headers-1/timeline"),
+            c.get("/v1/sessions/nope/timeline"),
+            c.get("/healthz"),
+            c.post("/v1/sessions/headers-1/turns", json={"question": ""}),
+        ]
+        with c.stream("GET", "/v1/sessions/headers-1/follow") as follow:
+            responses.append(follow)
+        for r in responses:
+            assert r.headers["x-content-type-options"] == "nosniff", r.url
+            assert r.headers["x-frame-options"] == "DENY"
+            assert r.headers["referrer-policy"] == "no-referrer"
+            if r is not page:
+                csp = r.headers["content-security-policy"]
+                assert csp == "default-src 'none'; frame-ancestors 'none'"

@@ -1,16 +1,13 @@
 """The timeline: its model (pure), and the page in a real browser (Debian's
-chromium, headless, driven by Selenium), live from ``turnledger serve`` and
-as the static file."""
+chromium, headless, driven by Selenium: the ``browser`` fixture of
+conftest.py), live from ``turnledger serve`` and as the static file."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +21,6 @@ from turnledger.events import Usage
 from turnledger.serve import render_page, session_page, timeline_model
 from turnledger.sessions import open_hub
 from turnledger.testing import Chunk, Finish, Hang, MemoryStore, ScriptedProvider
-
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
 
 
 def _script(request: Any) -> list[Any]:
@@ -70,28 +64,6 @@ async def test_the_model_has_one_row_per_request_with_why_and_arrows() -> None:
 
 
 # --- the browser -------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not (CHROMIUM and CHROMEDRIVER):
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium and chromium-driver must be installed in CI (.ci/run does it)")
-        pytest.skip("chromium and chromium-driver are not installed (.ci/run installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1400,1300"):  # fmt: skip
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")

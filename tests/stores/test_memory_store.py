@@ -17,6 +17,8 @@ from turnledger.testing import EventStoreContract, MemoryStore
 
 
 class TestMemoryStore(EventStoreContract):
+    supports_reopen = False  # a new MemoryStore is empty
+
     async def open_store(self, path: Path) -> EventStore:
         return MemoryStore()
 

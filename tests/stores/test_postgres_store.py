@@ -425,9 +425,7 @@ async def test_a_renewed_lease_outlives_its_length_and_an_expired_one_is_taken_o
         assert (lease.session_id, lease.pid, lease.epoch, lease.live) == ("s", os.getpid(), 1, True)
         assert lease.host == socket.gethostname()
         # a stalls: no renewals (its renewal thread stopped), its lease runs out
-        a._stop.set()
-        assert a._renewer is not None
-        await trio.to_thread.run_sync(a._renewer.join)
+        await _stop_renewing(a)
         with trio.fail_after(5):
             while True:
                 try:
@@ -563,9 +561,7 @@ async def _append_or_lost(store: PostgresStore, into: list[object]) -> None:
 
 
 async def _stop_renewing(store: PostgresStore) -> None:
-    store._stop.set()
-    assert store._renewer is not None
-    await trio.to_thread.run_sync(store._renewer.join)
+    await trio.to_thread.run_sync(store._leases.stop_renewing)
 
 
 async def _take_over(store: PostgresStore, session_id: str) -> None:
@@ -600,7 +596,7 @@ async def test_an_owner_stalled_inside_an_append_loses_the_session_after_its_lea
     a, b = owned
     # a stalls in the middle of its next append, between the check of its
     # lease (the row locked) and the INSERT, and renews no more.
-    paused = a._q_insert = _PausedQuery(a._q_insert)
+    paused = a._sql.insert = _PausedQuery(a._sql.insert)
     await _stop_renewing(a)
     stale: list[object] = []
 
@@ -643,7 +639,7 @@ async def test_an_append_queued_before_the_loss_was_found_is_refused(
             while writer.queue.qsize() < 1:
                 await trio.sleep(0.01)
         # a's renewal finds the loss while the append waits in the queue
-        assert await trio.to_thread.run_sync(a._renew_sync) == ["s"]
+        assert await trio.to_thread.run_sync(a._leases.renew) == ["s"]
         held.set()
     [refused] = stale
     assert isinstance(refused, LeaseLost) and refused.epoch == 1

@@ -12,6 +12,7 @@ import sys
 from typing import Any, TextIO
 
 from ..sessions import CommittedResult, DiscardedResult, TurnResult
+from ..text import INVISIBLE_RANGES, visible
 
 __all__ = [
     "LINE",
@@ -26,28 +27,10 @@ __all__ = [
 ]
 
 
-#: What a terminal would act on instead of showing: C0 controls, DEL, C1
-#: controls (``\x9b`` starts an escape sequence on some terminals), the
-#: line and paragraph separators, and the bidirectional overrides that
-#: reorder what is shown.
-_OTHER_INVISIBLE = "\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-_ONE_LINE = re.compile(f"[\x00-\x1f{_OTHER_INVISIBLE}]")
-#: The same, but tab (``\x09``) and newline (``\x0a``) stay.
-_MULTI_LINE = re.compile(f"[\x00-\x08\x0b-\x1f{_OTHER_INVISIBLE}]")
-#: What JSON leaves raw but a terminal acts on (``json.dumps`` escapes C0).
-_JSON_INVISIBLE = re.compile(f"[{_OTHER_INVISIBLE}]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match[0])
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def visible(text: str, *, lines: bool = False) -> str:
-    """``text`` as it may be printed to a terminal: every control character
-    shown as an escape (``\\x1b``, ``\\r``, ``\\x07``...). With ``lines``,
-    newlines and tabs stay (an answer printed as it was written)."""
-    return (_MULTI_LINE if lines else _ONE_LINE).sub(_escape, text)
+#: What JSON leaves raw (``json.dumps`` escapes C0) but a terminal acts on.
+_JSON_INVISIBLE = re.compile(
+    "[" + "".join(f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in INVISIBLE_RANGES if lo > 0x1F) + "]"
+)
 
 
 def visible_json(text: str) -> str:

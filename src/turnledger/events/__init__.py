@@ -1,5 +1,6 @@
 """The event vocabulary of turnledger: typed events, the stored envelope,
-the codec, and the ``EventStore`` port.
+the codec, and the ``EventStore`` port (with ``BaseEventStore``, the base
+class of a store of one's own).
 
 This package is pure: it imports no trio, httpx, sqlite3 or structlog.
 """
@@ -35,7 +36,7 @@ from ._events import (
     Window,
     WindowSource,
 )
-from ._store import EventDecoder, EventStore, PayloadNotJSON
+from ._store import BaseEventStore, EventDecoder, EventStore, PayloadNotJSON
 from .codec import DEFAULT_CODEC, SCHEMA_VERSIONS, WIRE_TAGS, EventCodec
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "SCHEMA_VERSIONS",
     "WINDOW_SOURCES",
     "WIRE_TAGS",
+    "BaseEventStore",
     "CompletionIgnored",
     "DiscardReason",
     "Event",

@@ -5,6 +5,8 @@
 - :func:`timeline_model` / :func:`render_page`: one session's timeline as
   data, and the self-contained HTML page that draws it (the page at ``/``,
   and the static file of ``turnledger log DB --session S --html FILE``).
+- :func:`quote_id` / :func:`unquote_id`: a session or request id as one
+  path segment of the API, and back (any id the library takes).
 
 Needs the ``serve`` extra (``pip install 'turnledger[serve]'``) for the
 application and the server; the timeline model and page need nothing more.
@@ -13,6 +15,7 @@ application and the server; the timeline model and page need nothing more.
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from ._ids import quote_id, unquote_id
 from ._timeline import explain, render_page, session_page, session_summary, timeline_model
 
 if _TYPE_CHECKING:
@@ -25,11 +28,13 @@ __all__ = [
     "add_serve_arguments",
     "create_app",
     "explain",
+    "quote_id",
     "render_page",
     "run_serve",
     "session_page",
     "session_summary",
     "timeline_model",
+    "unquote_id",
 ]
 
 _LAZY = {

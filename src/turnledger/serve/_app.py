@@ -15,6 +15,10 @@ with a stable code, never a traceback):
   ``/v1/sessions/{id}/state``, ``/v1/sessions/{id}/timeline`` and its live
   ``/follow`` stream; ``GET /healthz``; the timeline page at ``/``.
 
+An ``{id}`` is any id the library takes, written by :func:`quote_id`: routes
+match the path as it was sent (``raw_path``), so an escaped ``/`` stays
+inside its segment, and each handler decodes its ids with :func:`unquote_id`.
+
 The hub's :class:`TurnHandle` already keeps every delta of a turn (each
 ``preview()`` starts from the first), so a reconnecting client is served
 from the handle the app holds for each turn in flight it submitted.
@@ -30,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from functools import partial
 from typing import Any
+from urllib.parse import quote, quote_from_bytes
 
 import attrs
 import orjson
@@ -53,7 +58,8 @@ from ..sessions import (
     is_in_flight,
     replay,
 )
-from ._timeline import phase_name, render_page, session_summary, timeline_model
+from ._ids import unquote_id
+from ._timeline import LIVE_PAGE_POLICY, phase_name, render_page, session_summary, timeline_model
 
 __all__ = ["ServeSettings", "create_app"]
 
@@ -65,8 +71,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: Session and request ids the service accepts: printable, no spaces or slashes.
-_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _REJECT_STATUS = {"busy": 409, "over_budget": 413, "empty_question": 400, "invalid_question": 400}
 _SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
@@ -160,11 +164,17 @@ def _stored_outcome(stored: list[StoredEvent], request_id: str) -> dict[str, Any
 
 
 def _check_id(what: str, value: Any) -> str:
-    if not isinstance(value, str) or not _ID.fullmatch(value):
-        raise ApiError(
-            400, f"bad_{what}", f"a {what.replace('_', ' ')} is 1-128 of A-Z a-z 0-9 . _ : @ -"
-        )
+    # The library's rule (orjson has already refused text that is not Unicode).
+    if not isinstance(value, str) or not value:
+        raise ApiError(400, f"bad_{what}", f"a {what.replace('_', ' ')} is a non-empty string")
     return value
+
+
+def _path_id(request: Request, what: str) -> str:
+    try:
+        return unquote_id(request.path_params[what])
+    except ValueError as exc:
+        raise ApiError(400, f"bad_{what}", f"{exc} (see turnledger.serve.quote_id)") from None
 
 
 def _int_param(request: Request, name: str, default: int, *, low: int, high: int) -> int:
@@ -331,7 +341,7 @@ class _Service:
     # -- routes ------------------------------------------------------------
 
     async def submit(self, request: Request) -> Response:
-        session_id = _check_id("session_id", request.path_params["session_id"])
+        session_id = _path_id(request, "session_id")
         body = await self._body(request)
         unknown = set(body) - {"question", "request_id"}
         if unknown:
@@ -379,8 +389,8 @@ class _Service:
         )
 
     async def reattach(self, request: Request) -> Response:
-        session_id = _check_id("session_id", request.path_params["session_id"])
-        rid = _check_id("request_id", request.path_params["request_id"])
+        session_id = _path_id(request, "session_id")
+        rid = _path_id(request, "request_id")
         raw = request.headers.get("last-event-id", "0").strip() or "0"
         if not re.fullmatch(r"[0-9]{1,9}", raw):
             raise ApiError(400, "bad_last_event_id", "Last-Event-ID must be a delta number")
@@ -418,8 +428,8 @@ class _Service:
         return found
 
     async def cancel(self, request: Request) -> Response:
-        session_id = _check_id("session_id", request.path_params["session_id"])
-        rid = _check_id("request_id", request.path_params["request_id"])
+        session_id = _path_id(request, "session_id")
+        rid = _path_id(request, "request_id")
         key = (session_id, rid)
         relay = self.live.get(key)
         if relay is not None:
@@ -440,14 +450,14 @@ class _Service:
         return _json({"sessions": items, "total": len(ids), "next": nxt})
 
     async def session(self, request: Request) -> Response:
-        session_id = _check_id("session_id", request.path_params["session_id"])
+        session_id = _path_id(request, "session_id")
         state = await self.hub.state(session_id)
         if state.version == 0:
             raise ApiError(404, "unknown_session", f"no session {session_id!r}")
         return _json(_state_json(session_id, state))
 
     async def events(self, request: Request) -> Response:
-        session_id = _check_id("session_id", request.path_params["session_id"])
+        session_id = _path_id(request, "session_id")
         after = _int_param(request, "after", 0, low=0, high=10**18)
         limit = _int_param(request, "limit", 100, low=1, high=self.settings.max_page)
         stored = await self.store.read(session_id, after)
@@ -468,7 +478,7 @@ class _Service:
         return _json({"session_id": session_id, "events": items, "next": nxt})
 
     async def state_at(self, request: Request) -> Response:
-        session_id = _check_id("session_id", request.path_params["session_id"])
+        session_id = _path_id(request, "session_id")
         events = await self.store.read_decoded(session_id, DEFAULT_CODEC)
         if not events:
             raise ApiError(404, "unknown_session", f"no session {session_id!r}")
@@ -478,11 +488,11 @@ class _Service:
         return _json(_state_json(session_id, replay(events[:at])))
 
     async def timeline(self, request: Request) -> Response:
-        session_id = _check_id("session_id", request.path_params["session_id"])
+        session_id = _path_id(request, "session_id")
         return _json(timeline_model(session_id, await self._stored(session_id)))
 
     async def follow(self, request: Request) -> Response:
-        session_id = _check_id("session_id", request.path_params["session_id"])
+        session_id = _path_id(request, "session_id")
         stored = await self._stored(session_id)
 
         async def events() -> AsyncIterator[bytes]:
@@ -503,7 +513,9 @@ class _Service:
         return _json({"ok": True, "actors": stats.actors, "in_flight": stats.in_flight})
 
     async def page(self, request: Request) -> Response:
-        return HTMLResponse(render_page(None), headers={"Cache-Control": "no-store"})
+        policy = f"{LIVE_PAGE_POLICY}; frame-ancestors 'none'"
+        headers = {"Cache-Control": "no-store", "Content-Security-Policy": policy}
+        return HTMLResponse(render_page(None), headers=headers)
 
 
 async def _one(chunk: bytes) -> AsyncIterator[bytes]:
@@ -570,6 +582,48 @@ def _guard(app: ASGIApp, token: str | None) -> ASGIApp:
     return guarded
 
 
+#: Sent with every response; a response without a policy of its own (all but
+#: the page) gets ``default-src 'none'``: a browser runs nothing it serves.
+_SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+]
+_NO_CONTENT_POLICY = (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'")
+#: What stays as it is when a path is read as sent (``raw_path``).
+_PATH_SAFE = "/%!$&'()*+,;=:@~-._"
+
+
+def _edge(app: ASGIApp) -> ASGIApp:
+    """Routes see the path as it was sent, and responses get the security headers."""
+
+    async def edged(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        # Still percent-encoded: an id's escaped "/" stays in its segment.
+        # (A server that gives no raw_path: the path encoded again, so that
+        # an id's "%" is not read twice; only an id's "/" is then lost.)
+        raw = scope.get("raw_path")
+        if raw is not None:
+            path = quote_from_bytes(raw, safe=_PATH_SAFE)
+        else:
+            path = quote(scope["path"], safe=_PATH_SAFE.replace("%", ""))
+        scope = {**scope, "path": path}
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", ()), *_SECURITY_HEADERS]
+                if not any(k.lower() == b"content-security-policy" for k, _ in headers):
+                    headers.append(_NO_CONTENT_POLICY)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return edged
+
+
 def create_app(
     hub: Hub,
     store: EventStore,
@@ -624,4 +678,4 @@ def create_app(
             Exception: internal,
         },
     )
-    return _guard(app, settings.token)
+    return _edge(_guard(app, settings.token))

@@ -2,6 +2,7 @@
 
 The tree shows the boundary. The modules of this folder are the pure core:
 ``_machine`` (``decide``/``evolve``/``replay`` and the transition tables),
+``_phases`` (what each phase holds), ``_budgets`` (the token caps),
 ``_messages``, ``_history``, ``_results``, ``_projection``, ``_request`` (the
 request encoder), ``_replay`` and ``_diagram``; they import no trio, httpx,
 sqlite3 or structlog (``tests/test_architecture.py`` checks every module of

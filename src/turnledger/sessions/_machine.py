@@ -24,7 +24,10 @@ Phases. ``Idle`` (no turn yet) → ``Pending`` (request logged, going out) →
 ``Streaming`` (the provider accepted it) → ``Committed`` or ``Discarded`` (the
 last turn's outcome). ``Idle``, ``Committed`` and ``Discarded`` are at rest
 and accept the next Submit; none is terminal: a session lives as long as its
-log. ``Pending`` and ``Streaming`` are *in flight*.
+log. ``Pending`` and ``Streaming`` are *in flight*. What each phase holds is
+in ``_phases``; the token caps a Submit is planned under (window, calibration,
+overflow) are computed in ``_budgets``; which phase follows which, and why,
+is here.
 
 Tool rounds. A turn may take several rounds: a ``Completed`` with tool
 calls records them (``ToolCallsRequested``) and the turn waits in
@@ -82,10 +85,10 @@ from ..events import (
     TurnRejected,
     TurnRetried,
     TurnSubmitted,
-    Usage,
     Window,
 )
-from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
+from ._budgets import calibrated, cap_after_overflow, looks_like_overflow, prompt_token_cap
+from ._history import Ending, ToolResult, ToolRound, Turn
 from ._messages import (
     Cancel,
     Completed,
@@ -99,9 +102,26 @@ from ._messages import (
     ToolDone,
     safe_finish_reason,
 )
+from ._phases import (
+    IN_FLIGHT,
+    AwaitingTools,
+    Committed,
+    Discarded,
+    Idle,
+    InFlight,
+    Pending,
+    SessionState,
+    Streaming,
+    current_request,
+    ending_of,
+    initial_state,
+    is_in_flight,
+)
 from ._projection import Budget, build_messages, plan, tools_tokens
 from ._request import ChatMessage
 
+# The phases, their queries and the session's token cap are named here too,
+# for the code that takes them from the machine (the runtime, the package).
 __all__ = [
     "EVENT_TRANSITIONS",
     "MAX_TOOL_RESULT_BYTES",
@@ -128,103 +148,6 @@ __all__ = [
 _DEFAULT_BUDGET: Final = Budget()
 #: A tool result larger than this (UTF-8) reaches the model as an error.
 MAX_TOOL_RESULT_BYTES: Final = 64 * 1024
-
-
-@attrs.frozen
-class InFlight:
-    """The request a session is waiting on."""
-
-    request_id: RequestId
-    question: str
-    turns_sent: int
-    turns_dropped: int
-    request_bytes: int
-    #: The round in flight (0: the turn's first request).
-    round: int = 0
-    #: The tool rounds so far; the last one may still wait for results.
-    rounds: tuple[ToolRound, ...] = ()
-    #: The request's estimated prompt tokens (``None`` in old logs).
-    estimated_prompt_tokens: int | None = None
-    #: 1, or 2 once it went out again after a context overflow.
-    attempt: int = 1
-
-
-#: Bounds of the calibration ratio (actual / estimated prompt tokens): a
-#: server reporting absurd usage must not shrink the budget to nothing.
-_MAX_RATIO: Final = 4
-
-
-@attrs.frozen(kw_only=True)
-class _State:
-    #: The session's settings; ``None`` until SessionStarted.
-    config: SessionStarted | None = None
-    #: Every committed turn, oldest first.
-    turns: History = attrs.field(factory=History)
-    #: Index of the first turn that may still be sent (Window evicts by moving it).
-    context_start: int = 0
-    #: How every request id seen ended.
-    endings: Endings = attrs.field(factory=Endings)
-    #: Number of events folded so far (the ``seq`` of the last one).
-    version: int = 0
-    #: Request id of the current or most recent turn.
-    last_request_id: RequestId | None = None
-    #: The largest ratio of reported to estimated prompt tokens seen, as
-    #: ``(reported, estimated)``; ``None`` before any usage was reported.
-    calibration: tuple[int, int] | None = None
-    #: The largest estimated prompt tokens of a request that committed.
-    largest_ok: int = 0
-    #: After a context overflow: the estimated prompt tokens a request may
-    #: have at most, below the size that failed.
-    overflow_cap: int | None = None
-
-    @property
-    def context(self) -> tuple[Turn, ...]:
-        """The turns a request may draw from."""
-        return tuple(self.turns[self.context_start :])
-
-
-@attrs.frozen(kw_only=True)
-class Idle(_State):
-    """No turn yet."""
-
-
-@attrs.frozen(kw_only=True)
-class Pending(_State):
-    """A request was logged and is going out; no response yet."""
-
-    request: InFlight
-
-
-@attrs.frozen(kw_only=True)
-class Streaming(_State):
-    """The provider accepted the request; deltas are arriving."""
-
-    request: InFlight
-
-
-@attrs.frozen(kw_only=True)
-class AwaitingTools(_State):
-    """The model asked for tool calls; their results are being recorded."""
-
-    request: InFlight
-
-
-@attrs.frozen(kw_only=True)
-class Committed(_State):
-    """The last turn committed."""
-
-
-@attrs.frozen(kw_only=True)
-class Discarded(_State):
-    """The last turn was discarded."""
-
-    reason: str
-
-
-SessionState: TypeAlias = Idle | Pending | Streaming | AwaitingTools | Committed | Discarded
-_AT_REST: Final = (Idle, Committed, Discarded)
-_IN_FLIGHT: Final = (Pending, Streaming, AwaitingTools)
-_ALL: Final = (*_AT_REST, *_IN_FLIGHT)
 
 _MessageTable: TypeAlias = Mapping[
     type[SessionState], Mapping[type[Message], frozenset[type[SessionState]]]
@@ -329,29 +252,6 @@ EVENT_TRANSITIONS: Final[_EventTable] = {
 }
 
 
-def initial_state() -> Idle:
-    """The state of a session with no events."""
-    return Idle()
-
-
-def is_in_flight(state: SessionState) -> bool:
-    """True in Pending, Streaming and AwaitingTools."""
-    return isinstance(state, _IN_FLIGHT)
-
-
-def current_request(state: SessionState) -> RequestId | None:
-    """The request id of the turn in flight, or ``None`` at rest."""
-    return state.request.request_id if isinstance(state, _IN_FLIGHT) else None
-
-
-def ending_of(state: SessionState, request_id: RequestId) -> Ending | None:
-    """How ``request_id`` ended, ``Ending("in_flight")`` if it is the one in
-    flight, or ``None`` if the session never saw it."""
-    if current_request(state) == request_id:
-        return Ending("in_flight")
-    return state.endings.get(request_id)
-
-
 # --- decide -----------------------------------------------------------------
 
 _Handler: TypeAlias = Callable[[SessionState, Message, Budget, int], tuple[Event, ...]]
@@ -406,101 +306,11 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
     return (started,)
 
 
-def prompt_token_cap(state: SessionState, budget: Budget) -> int | None:
-    """The most *estimated* prompt tokens a request of this session may have.
-
-    The smallest of the hub's ``max_prompt_tokens``, the session's window
-    minus its output reserve divided by the calibration (the largest ratio
-    of reported to estimated tokens seen, so the calibrated estimate of a
-    request never exceeds the room), and the cap a context overflow left.
-    ``None``: no token cap.
-    """
-    caps: list[int] = []
-    if budget.max_prompt_tokens is not None:
-        caps.append(budget.max_prompt_tokens)
-    config = state.config
-    if config is not None and config.context_window is not None:
-        room = config.context_window - (config.output_reserve or 0)
-        reported, estimated = state.calibration or (1, 1)
-        # raw * reported / estimated <= room, in integers.
-        caps.append(room * estimated // reported)
-    if state.overflow_cap is not None:
-        caps.append(state.overflow_cap)
-    return min(caps) if caps else None
-
-
-def _session_budget(state: SessionState, budget: Budget) -> Budget:
-    cap = prompt_token_cap(state, budget)
-    if cap == budget.max_prompt_tokens:
-        return budget
-    # Every Submit of a session with a window asks for the same few budgets:
-    # built once (attrs.evolve costs more than the rest of this function).
-    key = (id(budget), cap)
-    hit = _SESSION_BUDGETS.get(key)
-    if hit is not None and hit[0] is budget:
-        return hit[1]
-    if len(_SESSION_BUDGETS) >= 256:
-        _SESSION_BUDGETS.clear()
-    out = attrs.evolve(budget, max_prompt_tokens=cap)
-    # The key's budget is kept with it, so its id cannot be reused meanwhile.
-    _SESSION_BUDGETS[key] = (budget, out)
-    return out
-
-
-_SESSION_BUDGETS: dict[tuple[int, int | None], tuple[Budget, Budget]] = {}
-
-
-def _cap_after_overflow(state: SessionState) -> int | None:
-    # Below the request that overflowed: the largest that committed, if it
-    # was smaller, or else three quarters of the one that failed.
-    assert isinstance(state, _IN_FLIGHT)
-    failed = state.request.estimated_prompt_tokens
-    if failed is None:
-        return state.overflow_cap
-    ok = state.largest_ok
-    cap = ok if 0 < ok < failed else failed * 3 // 4
-    return cap if state.overflow_cap is None else min(cap, state.overflow_cap)
-
-
-def _calibrated(state: SessionState, usage: Usage | None) -> tuple[int, int] | None:
-    assert isinstance(state, _IN_FLIGHT)
-    estimated = state.request.estimated_prompt_tokens
-    reported = usage.prompt_tokens if usage is not None else None
-    current = state.calibration
-    if not estimated or not reported or reported < 0:
-        return current
-    ratio = (reported, estimated)
-    if reported > _MAX_RATIO * estimated:
-        ratio = (_MAX_RATIO, 1)
-    elif _MAX_RATIO * reported < estimated:
-        ratio = (1, _MAX_RATIO)
-    if current is None or ratio[0] * current[1] > current[0] * ratio[1]:
-        return ratio
-    return current
-
-
-#: Failures that, with nothing shown yet, answer a request larger than any
-#: that committed: llama-cpp-python's way of saying the context overflowed.
-_SILENT_OVERFLOW: Final = frozenset({"incomplete_stream", "transport"})
-
-
-def _looks_like_overflow(state: SessionState, reason: str, preview: int) -> bool:
-    assert isinstance(state, _IN_FLIGHT)
-    estimated = state.request.estimated_prompt_tokens
-    return (
-        reason in _SILENT_OVERFLOW
-        and preview == 0
-        and state.largest_ok > 0
-        and estimated is not None
-        and estimated > state.largest_ok
-    )
-
-
 def _overflowed(
     state: SessionState, detail: str, budget: Budget, preview: int
 ) -> tuple[Event, ...]:
     # Retry once, with the smaller projection, when nothing reached the caller.
-    assert isinstance(state, _IN_FLIGHT) and state.config is not None
+    assert isinstance(state, IN_FLIGHT) and state.config is not None
     req = state.request
     rid = req.request_id
     # Only a turn's first round is planned again: a later round's request
@@ -511,16 +321,17 @@ def _overflowed(
         and req.round == 0
         and req.estimated_prompt_tokens is not None
     ):
-        shrunk = attrs.evolve(state, overflow_cap=_cap_after_overflow(state))
+        shrunk = attrs.evolve(state, overflow_cap=cap_after_overflow(state))
         p = plan(
             state.config.model,
             state.config.system,
             state.turns,
             state.context_start,
             req.question,
-            _session_budget(shrunk, budget),
+            budget,
             state.config.tools,
             state.config.tool_choice,
+            token_cap=prompt_token_cap(shrunk, budget),
         )
         if p.fits and p.prompt_tokens < req.estimated_prompt_tokens:
             return (
@@ -552,7 +363,7 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
     superseding = current is not None and config.on_busy == "supersede"
     if current is not None and not superseding:
         return (TurnRejected(rid, "busy", f"request {current} is in flight"),)
-    budget = _session_budget(state, budget)
+    cap = prompt_token_cap(state, budget)
     p = plan(
         config.model,
         config.system,
@@ -562,6 +373,7 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
         budget,
         config.tools,
         config.tool_choice,
+        token_cap=cap,
     )
     if not p.fits:
         limit = budget.max_request_bytes
@@ -572,7 +384,7 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
         else:
             detail = (
                 f"system prompt and question need about {p.mandatory_tokens} tokens; "
-                f"the budget is {budget.max_prompt_tokens}"
+                f"the budget is {cap}"
             )
         return (TurnRejected(rid, "over_budget", detail),)
     submitted = TurnSubmitted(
@@ -686,7 +498,7 @@ def _failed(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
     reason, detail = msg.failure.reason, msg.failure.detail
     if reason == "context_overflow":
         return _overflowed(state, detail, budget, preview)
-    if _looks_like_overflow(state, reason, preview):
+    if looks_like_overflow(state, reason, preview):
         return _overflowed(state, _SILENT_DETAIL.format(f"{reason} ({detail})"), budget, preview)
     return (TurnDiscarded(rid, reason, detail, preview),)
 
@@ -725,7 +537,6 @@ def _tool_done(
 def _next_round(state: AwaitingTools, budget: Budget, preview: int) -> Event:
     config = state.config
     assert config is not None
-    budget = _session_budget(state, budget)
     req = state.request
     messages = build_messages(config.system, state.turns, req.turns_sent, req.question, req.rounds)
     size = len(budget.encoder.encode(config.model, messages, config.tools, config.tool_choice))
@@ -733,7 +544,7 @@ def _next_round(state: AwaitingTools, budget: Budget, preview: int) -> Event:
     if limit is not None and size > limit:
         detail = f"the next tool round needs {size} bytes; the budget is {limit}"
         return TurnDiscarded(req.request_id, "limit", detail, preview)
-    max_tokens = budget.max_prompt_tokens
+    max_tokens = prompt_token_cap(state, budget)
     if max_tokens is not None:
         est = budget.estimator
         tokens = (
@@ -817,6 +628,9 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     # (The row above holds exact types: an event is never a subclass here,
     # so the branches below compare types.)
     version = state.version + 1
+    # What every phase carries, as keywords for the next phase's class:
+    # built directly, not through attrs.evolve, which looks the fields up
+    # again on every call (evolve runs once per event, in every replay).
     base: dict[str, Any] = {
         "config": state.config,
         "turns": state.turns,
@@ -857,7 +671,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         return attrs.evolve(state, **base)
     if type(event) is CompletionIgnored:
         return attrs.evolve(state, **base)
-    assert isinstance(state, _IN_FLIGHT)
+    assert isinstance(state, IN_FLIGHT)
     _expect_current(state, event.request_id, event)
     if type(event) is StreamStarted:
         return Streaming(**base, request=state.request)
@@ -874,7 +688,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             estimated_prompt_tokens=event.estimated_prompt_tokens,
             attempt=2,
         )
-        base["overflow_cap"] = _cap_after_overflow(state)
+        base["overflow_cap"] = cap_after_overflow(state)
         return Pending(**base, request=req)
     if type(event) is TurnCommitted:
         n = len(state.turns)
@@ -891,7 +705,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         base["endings"] = state.endings.record(
             event.request_id, Ending("committed", "", "", event.answer)
         )
-        base["calibration"] = _calibrated(state, event.usage)
+        base["calibration"] = calibrated(state, event.usage)
         base["largest_ok"] = max(state.largest_ok, state.request.estimated_prompt_tokens or 0)
         return Committed(**base)
     assert isinstance(event, TurnDiscarded)
@@ -899,7 +713,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         event.request_id, Ending("discarded", event.reason, event.detail)
     )
     if event.reason == "context_overflow":
-        base["overflow_cap"] = _cap_after_overflow(state)
+        base["overflow_cap"] = cap_after_overflow(state)
     return Discarded(**base, reason=event.reason)
 
 
@@ -908,7 +722,7 @@ def _evolve_round(
     event: ToolCallsRequested | ToolResultRecorded | ToolRoundSubmitted,
     base: dict[str, Any],
 ) -> SessionState:
-    assert isinstance(state, _IN_FLIGHT)
+    assert isinstance(state, IN_FLIGHT)
     req = state.request
     if isinstance(event, ToolCallsRequested):
         if event.round != req.round or not event.calls:

@@ -215,9 +215,15 @@ def plan(
     budget: Budget,
     tools: Sequence[ToolSpec] = (),
     tool_choice: str = "auto",
+    *,
+    token_cap: int | None = None,
 ) -> Plan:
     """Choose the newest contiguous run of turns from ``turns[context_start:]``
     that fits ``budget`` together with the system prompt and the question.
+
+    ``token_cap`` is a further cap on the estimated prompt tokens, besides
+    the budget's own: a session's (:func:`prompt_token_cap`), passed as it
+    is instead of a new ``Budget`` for each cap.
 
     Returns a :class:`Plan`; if the mandatory part alone does not fit, the plan
     has ``turns_sent == 0`` and ``request_bytes == -1``.
@@ -243,6 +249,8 @@ def plan(
     prefix = turns.prefix(enc.cache_key, by_turn, turn_cost)
     est = budget.estimator
     max_tokens = budget.max_prompt_tokens
+    if token_cap is not None and (max_tokens is None or token_cap < max_tokens):
+        max_tokens = token_cap
     mandatory_tokens = (
         est.request_tokens + sum(map(est.message_tokens, mandatory)) + tools_tokens(est, tools)
     )

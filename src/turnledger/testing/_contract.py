@@ -9,7 +9,11 @@ override :meth:`EventStoreContract.open_store`::
         async def open_store(self, path):
             return await MyStore.open(path / "events.db")
 
-Uses the real clock (stores do real I/O); every test runs under a timeout.
+``supports_reopen`` has no default: a subclass that gives ``open_store``
+and does not say whether its store keeps its events across ``aclose()`` is
+refused when it is defined. Uses the real clock (stores do real I/O); every
+test runs under a timeout. A test that does not apply is skipped with its
+reason.
 """
 
 from __future__ import annotations
@@ -77,10 +81,21 @@ class EventStoreContract:
 
     pytestmark = pytest.mark.trio
 
-    #: Set to True in subclasses whose store persists across ``aclose()``.
-    supports_reopen: ClassVar[bool] = False
+    #: Whether the store keeps its events across ``aclose()`` and a new
+    #: :meth:`open_store` of the same folder. No default: every store says.
+    supports_reopen: ClassVar[bool]
     #: Seconds each test may take.
     timeout: ClassVar[float] = 30.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.open_store is not EventStoreContract.open_store and not isinstance(
+            getattr(cls, "supports_reopen", None), bool
+        ):
+            raise TypeError(
+                f"{cls.__name__} must say whether its store survives reopening: "
+                "set supports_reopen = True or False"
+            )
 
     async def open_store(self, path: Path) -> EventStore:
         """Open (or reopen) the store kept under the folder ``path``."""
@@ -349,9 +364,14 @@ class EventStoreContract:
 
     # -- durability ----------------------------------------------------------
 
-    async def test_reopen_keeps_everything(self, tmp_path: Path) -> None:
+    @pytest.fixture
+    def reopenable(self) -> None:
+        # A skip from a synchronous fixture keeps its reason; one raised
+        # inside a trio test is reported without it.
         if not self.supports_reopen:
-            pytest.skip("this store does not persist across close")
+            pytest.skip(f"{type(self).__name__}: the store does not survive reopening")
+
+    async def test_reopen_keeps_everything(self, tmp_path: Path, reopenable: None) -> None:
         events = sample_events()
         batch = _batch("s-1", events, 0)
         with trio.fail_after(self.timeout):

@@ -1,5 +1,6 @@
-"""What the stores share: batch checks, in-memory reads, rows to events,
-exact line parsing, path checks, directory fsync and the writer lock file."""
+"""What the stores share: in-memory reads, rows to events, exact line
+parsing, path checks, directory fsync and the writer lock file (and, from
+the port, the batch check)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import errno
 import fcntl
 import os
 import stat
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -16,9 +17,9 @@ from typing import Any, Final, TypeVar
 import trio
 
 from ..._errors import StoreCorrupted, StoreUnavailable
-from ...events import EventDecoder, PayloadNotJSON, StoredEvent
+from ...events import BaseEventStore, EventDecoder, StoredEvent
 from ...events._exact_json import fast_loads, has_float, loads_exact
-from ._payloads import damage
+from ...events._store import check_batch, decode_events
 
 __all__ = [
     "HeldEvents",
@@ -34,31 +35,7 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
-def check_batch(session_id: str, events: Sequence[StoredEvent], expected_version: int) -> None:
-    """Raise ``ValueError`` unless ``session_id`` is non-empty UTF-8 text, and
-    ``events`` belong to it with ``seq`` running ``expected_version + 1, + 2, ...``
-    (shared by every store)."""
-    if not isinstance(session_id, str) or not session_id:
-        raise ValueError("a session id must be a non-empty string")
-    if not session_id.isascii():  # (ASCII is UTF-8: no bytes to build)
-        try:
-            session_id.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("a session id must be valid Unicode text") from None
-    # Walked by index: every append of every store checks its batch here,
-    # and an index makes no iterator for the cyclic collector.
-    i = 0
-    n = len(events)
-    while i < n:
-        ev = events[i]
-        i += 1
-        if ev.session_id != session_id:
-            raise ValueError(f"event for {ev.session_id!r} in a batch for {session_id!r}")
-        if ev.seq != expected_version + i:
-            raise ValueError(f"event seq {ev.seq} where {expected_version + i} was expected")
-
-
-class HeldEvents(ABC):
+class HeldEvents(BaseEventStore):
     """The reads of a store that holds every event in memory, parsed: the
     memory store, and the journal (which loads its file on open). A
     subclass fills ``_streams`` (session id -> its events, in order) and
@@ -101,13 +78,9 @@ class HeldEvents(ABC):
         return out
 
     def _decode(self, session_id: str, decoder: EventDecoder[_T], after: int) -> list[_T]:
-        decode = decoder.decode
-        events = self._streams.get(session_id, [])[max(after, 0) :]
-        try:
-            return [decode(ev) for ev in events]
-        except PayloadNotJSON:
-            error = damage("", session_id, [(ev.seq, ev) for ev in events], decode)
-            raise error from error.__cause__
+        return decode_events(
+            session_id, self._streams.get(session_id, [])[max(after, 0) :], decoder
+        )
 
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
         """The global feed: events with ``position > after``, in order."""

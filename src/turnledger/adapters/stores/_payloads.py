@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from ..._errors import StoreCorrupted, StoreError
+from ..._errors import StoreError
 from ...events import EventDecoder, PayloadNotJSON, StoredEvent
 from ...events._exact_json import loads_exact
+from ...events._store import damage
 
 __all__ = [
     "check_envelope",
@@ -89,22 +90,3 @@ def decode_rows(
             lambda row: decoder.decode_rows(session_id, [row]),
         )
         raise error from error.__cause__
-
-
-def damage(
-    where: str,
-    session_id: str,
-    items: list[tuple[int, _I]],
-    decode_one: Callable[[_I], object],
-) -> StoreCorrupted:
-    """After a decoder raised ``PayloadNotJSON`` for a batch: decode the
-    ``(seq, item)`` pairs again one by one (rare) and name the damaged event."""
-    for seq, item in items:
-        try:
-            decode_one(item)
-        except PayloadNotJSON as exc:
-            error = StoreCorrupted(f"{where}session {session_id!r} seq {seq}: {exc}")
-            error.__cause__ = exc
-            return error
-    # A decoder that fails only on the whole batch: name the session.
-    return StoreCorrupted(f"{where}session {session_id!r}: a payload is not JSON")

@@ -75,7 +75,7 @@ import attrs
 import trio
 
 from ..._errors import StoreCorrupted, StoreError, StoreUnavailable
-from ...events import EventDecoder, StoredEvent
+from ...events import BaseEventStore, EventDecoder, StoredEvent
 from ._common import WriterLock, check_batch, check_path, fsync_dir, read_mark, rows_to_events
 from ._io_thread import Append, Call, Thread
 from ._payloads import check_envelope, decode_rows, dumps_payload
@@ -321,7 +321,7 @@ def _first_column(where: str, rows: list[tuple[Any, ...]]) -> list[str]:
     return [r[0] for r in rows]
 
 
-class SQLiteStore:
+class SQLiteStore(BaseEventStore):
     """An :class:`~turnledger.events.EventStore` in one SQLite file.
 
     Open it with :meth:`open`; close it with :meth:`aclose` (or ``async with``).

@@ -1,12 +1,55 @@
 "use strict";
 (function () {
-  const DATA = JSON.parse(document.getElementById("tl-data").textContent);
+  const PAGE = JSON.parse(document.getElementById("tl-data").textContent);
+  const DATA = PAGE.model;
+
+  // Control and bidirectional characters are shown as escapes, as the command
+  // line shows them: the same ranges (turnledger.text), from the page's data.
+  const hex = (n, width) => n.toString(16).padStart(width, "0");
+  const ranges = PAGE.invisible.map(([lo, hi]) => `\\u{${hex(lo, 1)}}-\\u{${hex(hi, 1)}}`).join("");
+  const INVISIBLE = new RegExp(`[${ranges}]`, "gu");
+  const INVISIBLE_IN_LINES = new RegExp(`(?![\\t\\n])[${ranges}]`, "gu");
+  const escaped = (c) => {
+    const n = c.codePointAt(0);
+    return n < 0x100 ? `\\x${hex(n, 2)}` : `\\u${hex(n, 4)}`;
+  };
+  const visible = (text) => text.replace(INVISIBLE, escaped);
+  // Text as nodes: each escape in a span of its own, so it reads as one.
+  const shown = (text, lines) => {
+    const out = document.createDocumentFragment();
+    let at = 0;
+    for (const m of text.matchAll(lines ? INVISIBLE_IN_LINES : INVISIBLE)) {
+      out.append(text.slice(at, m.index));
+      const esc = document.createElement("span");
+      esc.className = "esc";
+      esc.textContent = escaped(m[0]);
+      out.append(esc);
+      at = m.index + m[0].length;
+    }
+    out.append(text.slice(at));
+    return out;
+  };
+  const lines = (text) => shown(text, true);
+
+  // An id as one path segment of the API: turnledger.serve.quote_id's rule.
+  // Percent-encoded UTF-8; "~" in front of "." and ".." (dot segments, which
+  // URL parsers remove) and of an id that starts with "~".
+  const idSegment = (id) =>
+    (id === "." || id === ".." || id.startsWith("~") ? "~" : "") + encodeURIComponent(id);
+  window.turnledger = Object.freeze({ idSegment, visible });
+
+  // Stored text only ever enters the page as text nodes (strings among the
+  // kids), or as a title shown with its escapes.
   const $ = (tag, attrs, ...kids) => {
     const el = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
-      if (k === "class") el.className = v; else if (k === "style") el.style.cssText = v; else el.setAttribute(k, v);
+      if (k === "class") el.className = v;
+      else if (k === "style") el.style.cssText = v;
+      else el.setAttribute(k, k === "title" ? visible(v) : v);
     }
-    for (const kid of kids) if (kid !== null && kid !== undefined) el.append(kid);
+    for (const kid of kids) {
+      if (kid !== null && kid !== undefined) el.append(typeof kid === "string" ? shown(kid, false) : kid);
+    }
     return el;
   };
   const secs = (s) => (s < 10 ? s.toFixed(3) : s.toFixed(1)) + "s";
@@ -98,7 +141,7 @@
     const hist = $("aside", { class: "history", id: "history" }, $("h3", {}, `History (${model.history.length} committed turns)`));
     const ol = $("ol", {});
     for (const t of model.history) {
-      ol.append($("li", {}, $("div", { class: "q" }, t.question), $("div", { class: "a" }, t.answer), $("div", { class: "rid" }, t.request_id)));
+      ol.append($("li", {}, $("div", { class: "q" }, lines(t.question)), $("div", { class: "a" }, lines(t.answer)), $("div", { class: "rid" }, t.request_id)));
     }
     hist.append(model.history.length ? ol : $("p", { class: "empty" }, "Nothing committed yet."));
     main.append($("div", { class: "cols" }, tl, hist));
@@ -111,7 +154,16 @@
     svg.setAttribute("class", "arrows");
     svg.setAttribute("width", tl.clientWidth);
     svg.setAttribute("height", tl.clientHeight);
-    svg.innerHTML = '<defs><marker id="ah" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#92400e"/></marker></defs>';
+    const svgEl = (tag, attrs) => {
+      const el = document.createElementNS(NS, tag);
+      for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+      return el;
+    };
+    const marker = svgEl("marker", { id: "ah", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
+    marker.append(svgEl("path", { d: "M0,0 L10,5 L0,10 z", fill: "#92400e" }));
+    const defs = svgEl("defs", {});
+    defs.append(marker);
+    svg.append(defs);
     const box = tl.getBoundingClientRect();
     for (const row of model.turns) {
       if (!row.superseded_by || !rowsById[row.superseded_by]) continue;
@@ -132,12 +184,46 @@
   }
 
   let source = null;
+  const markCurrent = (id) => {
+    for (const a of document.querySelectorAll("#sessions a")) a.classList.toggle("current", a.dataset.sessionId === id);
+  };
+
+  // A session that cannot be shown: its id and why, in place of any rows.
+  function showError(id, why) {
+    document.getElementById("session").replaceChildren(
+      $("div", { class: "load-error", id: "load-error" },
+        $("h2", {}, id), $("p", {}, `This session cannot be shown: ${why}`)));
+  }
+
   function follow(id) {
     if (source) source.close();
-    for (const a of document.querySelectorAll("#sessions a")) a.classList.toggle("current", a.dataset.sessionId === id);
-    source = new EventSource(`v1/sessions/${encodeURIComponent(id)}/follow`);
-    source.addEventListener("timeline", (e) => renderSession(JSON.parse(e.data), true));
-    source.onerror = () => { const el = document.getElementById("live"); if (el) el.textContent = "○ reconnecting…"; };
+    markCurrent(id);
+    document.getElementById("session").replaceChildren($("p", { class: "empty" }, `Loading ${id}…`));
+    const url = `v1/sessions/${idSegment(id)}`;
+    const stream = source = new EventSource(`${url}/follow`);
+    stream.addEventListener("timeline", (e) => {
+      if (stream !== source) return;
+      const model = JSON.parse(e.data);
+      if (model.session_id === id) renderSession(model, true);
+      else showError(id, "the service answered with another session");
+    });
+    stream.onerror = () => {
+      if (stream !== source) return;
+      if (stream.readyState !== EventSource.CLOSED) {
+        const el = document.getElementById("live");
+        if (el) el.textContent = "○ reconnecting…";
+        return;
+      }
+      // The service refused the stream: ask it why, and say so.
+      fetch(`${url}/timeline`)
+        .then((res) => res.json())
+        .then((body) => (body.error ? body.error.message : null), () => "the service did not answer")
+        .then((why) => {
+          if (stream !== source) return;
+          if (why === null) setTimeout(() => { if (stream === source) follow(id); }, 1000);
+          else showError(id, why);
+        });
+    };
   }
 
   async function loadSessions() {
@@ -154,9 +240,20 @@
     if (!body.sessions.length) nav.append($("p", { class: "empty" }, "No sessions yet."));
   }
 
-  function fromHash() {
+  // The session the address names: its id, "" for none, null if unreadable.
+  function hashId() {
     const m = /^#session=(.+)$/.exec(location.hash);
-    if (m) follow(decodeURIComponent(m[1]));
+    if (!m) return "";
+    try { return decodeURIComponent(m[1]); } catch { return null; }
+  }
+
+  function fromHash() {
+    const id = hashId();
+    if (id === null) {
+      if (source) source.close();
+      source = null;
+      showError(location.hash.slice(1), "the address does not name a session (bad percent-encoding)");
+    } else if (id) follow(id);
   }
 
   if (DATA) {
@@ -165,10 +262,6 @@
   } else {
     loadSessions().then(fromHash);
     window.addEventListener("hashchange", fromHash);
-    setInterval(() => loadSessions().then(() => {
-      const m = /^#session=(.+)$/.exec(location.hash);
-      const id = m ? decodeURIComponent(m[1]) : null;
-      for (const a of document.querySelectorAll("#sessions a")) a.classList.toggle("current", a.dataset.sessionId === id);
-    }), 5000);
+    setInterval(() => loadSessions().then(() => markCurrent(hashId())), 5000);
   }
 })();
