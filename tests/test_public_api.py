@@ -55,15 +55,16 @@ PUBLIC: dict[str, str] = {
         "store_kind"
     ),
     "turnledger.testing": (
-        "Abort Begin Chunk EventStoreContract Exchange Fail Finish Hang Hook InSequence "
-        "LoopbackServer MemoryStore Pause Reply ReplyScript Responder Script "
-        "ScriptedProvider ServerKind Stall Step WireProtocol WritePause answer_parts "
-        "anthropic_error_event anthropic_sse_events anthropic_stream_reply chat_messages "
-        "chat_responder echo_script error_reply media_type_of model_server ollama_json_reply "
+        "Abort Begin Chunk EventStoreContract Exchange Fail FaultyProvider FaultyStore "
+        "Finish Hang Hook InSequence LoopbackServer MemoryStore Pause Reply ReplyScript "
+        "Responder Script ScriptedProvider ServerKind SimulationFailure SimulationReport "
+        "Stall Step WireProtocol WritePause answer_parts anthropic_error_event "
+        "anthropic_sse_events anthropic_stream_reply chat_messages chat_responder "
+        "echo_script error_reply media_type_of model_server ollama_json_reply "
         "ollama_ndjson_lines ollama_stream_reply ollama_tool_call_lines open_loopback_server "
         "openai_error_event openai_json_reply openai_sse_chunks openai_stream_reply "
         "openai_tool_call_chunks protocol_of responses_error_event responses_sse_events "
-        "responses_stream_reply sample_events sse_event tool_call_reply"
+        "responses_stream_reply sample_events simulate sse_event tool_call_reply"
     ),
 }
 

@@ -19,12 +19,16 @@ steps of a :class:`ScriptedProvider` :data:`Script`; :class:`WritePause` and
 :class:`Stall` are parts of a :class:`Reply` body.
 - :class:`EventStoreContract`: the contract suite every event store passes.
 - :class:`MemoryStore`: the in-memory store.
+- :func:`simulate`: the deterministic simulation of the whole runtime under
+  faults, one seed at a time, built on :class:`FaultyStore` (faults of any
+  store's appends, and a crash point) and :class:`FaultyProvider`.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ..adapters.stores.memory import MemoryStore
+from ._faults import FaultyProvider, FaultyStore
 from ._loopback import (
     Abort,
     Exchange,
@@ -78,6 +82,7 @@ from ._scripted import (
     echo_script,
 )
 from ._servers import ServerKind, model_server
+from ._simulation import SimulationFailure, SimulationReport, simulate
 
 if _TYPE_CHECKING:
     from ._contract import EventStoreContract
@@ -89,6 +94,8 @@ __all__ = [
     "EventStoreContract",
     "Exchange",
     "Fail",
+    "FaultyProvider",
+    "FaultyStore",
     "Finish",
     "Hang",
     "Hook",
@@ -102,6 +109,8 @@ __all__ = [
     "Script",
     "ScriptedProvider",
     "ServerKind",
+    "SimulationFailure",
+    "SimulationReport",
     "Stall",
     "Step",
     "WireProtocol",
@@ -131,6 +140,7 @@ __all__ = [
     "responses_sse_events",
     "responses_stream_reply",
     "sample_events",
+    "simulate",
     "sse_event",
     "tool_call_reply",
 ]
