@@ -343,7 +343,7 @@ def test_the_calibrated_estimate_never_exceeds_the_room(
     assert (ref.turns_sent, ref.request_bytes) == (ev.turns_sent, ev.request_bytes)
     if byte_cap is not None:
         assert ev.request_bytes <= byte_cap
-    assert replay(s.log) == s.state
+    s.then_replay_matches()
     for e in s.log:
         assert DEFAULT_CODEC.from_payload(*DEFAULT_CODEC.to_payload(e)) == e
 
