@@ -46,6 +46,8 @@ class TrialResult:
     committed: int
     recovered_in_flight: int
     killed_after: float
+    #: ``(session id, request id)`` of every commit the child reported.
+    reported_ids: tuple[tuple[str, str], ...] = ()
 
 
 def _script(request: object) -> list[object]:
@@ -124,7 +126,8 @@ def run_trial(
     # A line cut by the kill is not a report.
     reported = [r for r in reported if len(r) == 2]
     events, committed, recovered = trio.run(check_store, url, reported)
-    return TrialResult(len(reported), events, committed, recovered, delay)
+    ids = tuple((sid, rid) for sid, rid in reported)
+    return TrialResult(len(reported), events, committed, recovered, delay, ids)
 
 
 async def check_store(url: str, reported: Sequence[tuple[str, ...]]) -> tuple[int, int, int]:
