@@ -43,9 +43,23 @@ from ._given import Session, given, rid
 EST = CharTokenEstimator()
 
 
+def _expected_tokens(system: str, sent: list[tuple[str, str]], question: str) -> int:
+    """The default estimate of a request, computed by hand from its texts:
+    3 tokens a request, and for each message 4 plus a token for every 4
+    characters begun (the rule CharTokenEstimator documents)."""
+    texts = [system] if system else []  # no system message for an empty prompt
+    texts += [text for pair in sent for text in pair] + [question]
+    return 3 + sum(4 + -(-len(text) // 4) for text in texts)
+
+
 def _tokens(state: Pending) -> int:
-    messages = request_messages(state)
-    return EST.request_tokens + sum(EST.message_tokens(m) for m in messages)
+    """The expected estimate of the request in flight (no tool rounds): from
+    the turns it sent and its question, not from the messages the machine
+    built."""
+    assert state.config is not None and not state.request.rounds
+    context = state.context
+    sent = [(t.question, t.answer) for t in context[len(context) - state.request.turns_sent :]]
+    return _expected_tokens(state.config.system, sent, state.request.question)
 
 
 def _windowed(window: int = 400, reserve: int = 100) -> Session:
