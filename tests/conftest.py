@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 # - ``deep`` (nightly, by hand): random, twenty times the examples.
 #
 # Many tests ask for a number of examples of their own (``@settings(max_examples=N)``);
-# a profile's ``examples_factor`` scales that number too, so ``deep`` is deeper
+# the profile's EXAMPLES_FACTOR scales that number too, so ``deep`` is deeper
 # everywhere, not only where a test left the count to the profile.
 
 EXAMPLES_FACTOR = {"dev": 1, "ci": 2, "deep": 20}
@@ -52,9 +52,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     factor = EXAMPLES_FACTOR.get(settings._current_profile or "dev", 1)
     if factor == 1:
         return
+    # A test with more examples may take longer: its timeout grows with them.
+    per_test = float(config.getini("timeout") or 0)
     seen: set[int] = set()
     for item in items:
         test = getattr(item, "obj", None)
+        hypothesis_test = getattr(test, "is_hypothesis_test", False)
+        if hypothesis_test and per_test and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(per_test * factor))
         if id(test) in seen:  # one function, several parameters: scale it once
             continue
         seen.add(id(test))
