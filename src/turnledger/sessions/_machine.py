@@ -284,6 +284,10 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
         )
     elif msg.window_source == "none":
         raise InvalidCommand("a context window needs its source")
+    if msg.subject is not None and (
+        not isinstance(msg.subject, str) or not msg.subject or not _is_text(msg.subject)
+    ):
+        raise InvalidCommand("a subject must be non-empty, valid Unicode text")
     try:
         started = SessionStarted(
             msg.system,
@@ -297,6 +301,7 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
             window,
             reserve,
             msg.window_source,
+            msg.subject,
         )
     except (TypeError, ValueError) as exc:
         raise InvalidCommand(f"invalid session settings: {exc}") from None

@@ -81,6 +81,8 @@ class Start:
     context_window: int | None = None
     output_reserve: int | None = None
     window_source: WindowSource = "none"
+    #: Whom the session belongs to (see ``SessionStarted.subject``).
+    subject: str | None = None
 
 
 @attrs.frozen
