@@ -13,19 +13,20 @@ import pytest
 PUBLIC: dict[str, str] = {
     "turnledger": (
         "CodecError ConcurrencyConflict DecodeError InvalidCommand LeaseLost LimitExceeded "
-        "ProviderError ReplayError SessionClosed SessionOwnedElsewhere StoreCorrupted "
-        "StoreError StoreFull StoreUnavailable StreamProtocolError TurnLedgerError "
-        "UnknownEventTag WrongEventLoop __version__"
+        "ProviderError ReplayError SessionClosed SessionOwnedElsewhere StoreCapReached "
+        "StoreCorrupted StoreError StoreFull StoreUnavailable StreamProtocolError TurnLedgerError "
+        "UnknownEventTag UnknownSession WrongEventLoop __version__"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
-        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Event EventCodec "
+        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Erasure Event EventCodec "
         "EventDecoder EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason "
         "RequestId SessionId SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
         "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
-        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource"
+        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource "
+        "session_hash"
     ),
     "turnledger.sessions": (
         "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AwaitingTools Budget Cancel "
