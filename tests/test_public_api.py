@@ -34,11 +34,11 @@ PUBLIC: dict[str, str] = {
         "Completion DescribesModels Discarded DiscardedResult Ending Endings Failed "
         "Failure History Hub HubStatistics Idle InFlight Interrupt JsonChatEncoder "
         "Message ModelInfo Pending Plan Provider RejectedResult RequestEncoder "
-        "ResponseStarted Role SessionState Start StreamSink Streaming Submit "
+        "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink Streaming Submit "
         "Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
         "ToolResult ToolRound Turn TurnHandle TurnResult build_messages decide "
-        "ending_of evolve initial_state is_in_flight open_hub plan prompt_token_cap "
-        "replay replay_sessions request_messages"
+        "ending_of evolve initial_state is_in_flight open_hub plan plan_retention prompt_token_cap "
+        "replay replay_sessions request_messages sessions_of_subject subject_of"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",

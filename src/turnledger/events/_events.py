@@ -177,6 +177,11 @@ class SessionStarted:
     #: an erasure of every session of one person looks up. ``None``: nobody
     #: named (and every session written before subjects were recorded).
     subject: str | None = None
+    #: The session's own retention: erased this many seconds after its last
+    #: event (``None``: only the hub's or the command's policy applies).
+    retain_seconds: int | None = None
+    #: ... and trimmed to its newest this many committed turns.
+    retain_turns: int | None = None
 
 
 @attrs.frozen

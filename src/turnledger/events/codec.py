@@ -121,8 +121,9 @@ def _session_started_v2_to_v3(payload: Payload) -> Payload:
 
 
 def _session_started_v3_to_v4(payload: Payload) -> Payload:
-    # v3 recorded no subject: such a session belongs to nobody named.
-    return {**payload, "subject": None}
+    # v3 recorded no subject (such a session belongs to nobody named) and no
+    # retention of its own.
+    return {**payload, "subject": None, "retain_seconds": None, "retain_turns": None}
 
 
 def _turn_discarded_v1_to_v2(payload: Payload) -> Payload:

@@ -425,6 +425,7 @@ class Actor:
         "_batch",
         "_debug",
         "_ended",
+        "_erasing",
         "_flight",
         "_info",
         "_log",
@@ -469,6 +470,9 @@ class Actor:
         #: When the actor last came to rest (trio clock); None while in flight.
         self.idle_since: float | None = None
         self._stop = False
+        #: Stopping because the session is being erased: nothing more is
+        #: written, and the turn in flight ends as ``erased``.
+        self._erasing = False
         #: The store may hold events this state has not seen (a cancelled
         #: append, a conflict): read before writing again.
         self._unsynced = False
@@ -491,6 +495,12 @@ class Actor:
         """Stop after the current batch (the hub is closing)."""
         self._stop = True
         self.poke()
+
+    def request_erase(self) -> None:
+        """Stop at once, writing nothing more: the session is being erased
+        (its turn in flight, if any, ends as ``erased``)."""
+        self._erasing = True
+        self.request_stop()
 
     def retire_request_task(self) -> None:
         """Let the request task go (the session is idle): it stops where it
@@ -601,7 +611,7 @@ class Actor:
         self.idle_since = trio.current_time()
         while True:
             if self._stop:
-                return "hub_closed"
+                return "erased" if self._erasing else "hub_closed"
             flight = self._flight
             # At rest, and in flight too, a plain wait: no cancel scope and
             # no timer. The hub's janitor pokes actors idle for too long; its
@@ -654,7 +664,7 @@ class Actor:
         self.mailbox.close()
         interrupted, self._batch = self._batch, ()
         try:
-            if registered and error is None:
+            if registered and error is None and why != "erased":
                 try:
                     if self._unsynced:
                         await self._reload()
@@ -693,8 +703,11 @@ class Actor:
                     f"{type(error).__name__}: {error}"
                 )
                 gone.__cause__ = error
+            if why == "erased":
+                gone = SessionClosed(f"session {sid!r} was erased")
+                self._end_erased()
             for _, ticket in (*interrupted, *queued):
-                if ticket is not None:
+                if ticket is not None and not ticket.done:
                     ticket.fail(gone)
             for tickets in self._waiting.values():
                 for ticket in tickets:
@@ -713,6 +726,19 @@ class Actor:
                     rt.counters.actors_passivated += 1
                 self._log.debug("actor_stopped", why=why, version=self.state.version)
                 rt.routing.stopped(self)
+
+    def _end_erased(self) -> None:
+        """The session is being erased: its turn in flight ends as
+        ``erased`` for whoever waits for it (nothing is written: every
+        event of the session is about to go)."""
+        flight = self._flight
+        for rid, tickets in self._waiting.items():
+            preview = flight.chars if flight is not None and flight.request_id == rid else 0
+            result = DiscardedResult(rid, "erased", "the session was erased", preview)
+            for ticket in tickets:
+                if not ticket.done:
+                    ticket.resolve(result)
+        self._waiting.clear()
 
     def _adopt(self, request_id: RequestId, ticket: Ticket) -> None:
         ending = ending_of(self.state, request_id)

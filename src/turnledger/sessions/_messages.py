@@ -83,6 +83,9 @@ class Start:
     window_source: WindowSource = "none"
     #: Whom the session belongs to (see ``SessionStarted.subject``).
     subject: str | None = None
+    #: The session's own retention (see ``SessionStarted.retain_seconds``).
+    retain_seconds: int | None = None
+    retain_turns: int | None = None
 
 
 @attrs.frozen

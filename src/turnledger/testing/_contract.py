@@ -410,7 +410,7 @@ class EventStoreContract:
         ]
         assert [e for e in feed if e.session_id == "b"] == b
         assert [e for e in feed if e.session_id == "c"] == c
-        assert record.session_hash == session_hash("a") and "a" != record.session_hash
+        assert record.session_hash == session_hash("a") and record.session_hash != "a"
         assert (record.events, record.kept) == (4, 0)
         assert records == [record]
         positions = [e.position or 0 for e in after]
