@@ -103,7 +103,7 @@ def log_step(session_id: str, record: Erasure, action: str, turns: int | None = 
     id's hash only: no content)."""
     fields: dict[str, Any] = {
         "session_id": session_id,
-        "session_sha256": record.session_hash,
+        "session_hash": record.session_hash,
         "events": record.events,
         "kept": record.kept,
     }

@@ -114,7 +114,7 @@ FIELDS: Final[frozenset[str]] = frozenset(
         "events",
         "kept",
         "turns",
-        "session_sha256",
+        "session_hash",
     }
 )
 
