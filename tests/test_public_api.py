@@ -37,8 +37,8 @@ PUBLIC: dict[str, str] = {
         "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink Streaming Submit "
         "Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
         "ToolResult ToolRound Turn TurnHandle TurnResult build_messages decide "
-        "ending_of evolve initial_state is_in_flight open_hub plan plan_retention prompt_token_cap "
-        "replay replay_sessions request_messages sessions_of_subject subject_of"
+        "ending_of erase_sessions evolve initial_state is_in_flight open_hub plan plan_retention "
+        "prompt_token_cap prune_store replay replay_sessions request_messages sessions_of_subject subject_of"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",

@@ -26,6 +26,14 @@ Modules:
 """
 
 from ._hub import Hub, HubStatistics, TurnHandle, open_hub
-from ._lifecycle import sessions_of_subject
+from ._lifecycle import erase_sessions, prune_store, sessions_of_subject
 
-__all__ = ["Hub", "HubStatistics", "TurnHandle", "open_hub", "sessions_of_subject"]
+__all__ = [
+    "Hub",
+    "HubStatistics",
+    "TurnHandle",
+    "erase_sessions",
+    "open_hub",
+    "prune_store",
+    "sessions_of_subject",
+]

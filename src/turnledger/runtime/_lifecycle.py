@@ -14,7 +14,14 @@ from ..events import Erasure, EventStore, PayloadNotJSON, StoredEvent
 from ..sessions._retention import RetentionPolicy, RetentionStep, plan_retention, subject_of
 from ._log import get_logger
 
-__all__ = ["apply_step", "log_step", "plan_store", "sessions_of_subject"]
+__all__ = [
+    "apply_step",
+    "erase_sessions",
+    "log_step",
+    "plan_store",
+    "prune_store",
+    "sessions_of_subject",
+]
 
 #: Sessions read per trip when a whole store is scanned.
 _SLICE = 256
@@ -124,3 +131,60 @@ async def erase_all(
         except UnknownSession:
             continue
     return out
+
+
+async def erase_sessions(store: EventStore, session_ids: Sequence[str]) -> list[Erasure]:
+    """Erase each of ``session_ids`` from a store no hub is running on (the
+    ``turnledger erase`` command), logging each (``session_erased``).
+
+    Raises:
+        UnknownSession: one of them is not in the store; the ones before it
+            are erased, nothing else changed.
+        StoreError, SessionOwnedElsewhere: the store refused one.
+
+    Cancellation: each erasure happened or did not; the ones done stay done.
+    """
+    out = []
+    for sid in session_ids:
+        record = await store.erase(sid)
+        log_step(sid, record, "erase")
+        out.append(record)
+    return out
+
+
+async def prune_store(
+    store: EventStore,
+    policy: RetentionPolicy,
+    *,
+    now: float,
+    dry_run: bool = False,
+    on_step: Callable[[RetentionStep, Erasure | None], object] | None = None,
+) -> list[RetentionStep]:
+    """Apply ``policy`` (with each session's own) to a store no hub is
+    running on (the ``turnledger prune`` command): erase the sessions idle
+    since before ``now - max_idle``, trim the ones with too many turns. Each
+    step is logged; ``on_step(step, record)`` hears of each as it is done
+    (``record`` ``None`` with ``dry_run``, which changes nothing).
+
+    Returns:
+        The steps taken (or, with ``dry_run``, that would be).
+
+    Raises:
+        StoreError, SessionOwnedElsewhere: the store refused a step; the
+            ones before it are done.
+
+    Cancellation: each step happened or did not; the ones done stay done.
+    """
+    steps = await plan_store(store, policy, now)
+    done = []
+    for step in steps:
+        record = None
+        if not dry_run:
+            try:
+                record = await apply_step(store, step)
+            except UnknownSession:
+                continue  # gone meanwhile
+        done.append(step)
+        if on_step is not None:
+            on_step(step, record)
+    return done

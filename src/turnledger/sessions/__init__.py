@@ -87,7 +87,15 @@ from ._retention import RetentionPolicy, RetentionStep, plan_retention, subject_
 from ._tools import Tool, ToolError, ToolInvocation
 
 if _TYPE_CHECKING:
-    from ..runtime import Hub, HubStatistics, TurnHandle, open_hub, sessions_of_subject
+    from ..runtime import (
+        Hub,
+        HubStatistics,
+        TurnHandle,
+        erase_sessions,
+        open_hub,
+        prune_store,
+        sessions_of_subject,
+    )
 
 __all__ = [
     "EVENT_TRANSITIONS",
@@ -147,6 +155,7 @@ __all__ = [
     "build_messages",
     "decide",
     "ending_of",
+    "erase_sessions",
     "evolve",
     "initial_state",
     "is_in_flight",
@@ -154,6 +163,7 @@ __all__ = [
     "plan",
     "plan_retention",
     "prompt_token_cap",
+    "prune_store",
     "replay",
     "replay_sessions",
     "request_messages",
@@ -161,7 +171,15 @@ __all__ = [
     "subject_of",
 ]
 
-_LAZY = {"Hub", "HubStatistics", "TurnHandle", "open_hub", "sessions_of_subject"}
+_LAZY = {
+    "Hub",
+    "HubStatistics",
+    "TurnHandle",
+    "erase_sessions",
+    "open_hub",
+    "prune_store",
+    "sessions_of_subject",
+}
 
 
 def __getattr__(name: str) -> _Any:
