@@ -34,11 +34,13 @@ PUBLIC: dict[str, str] = {
         "Completion DescribesModels Discarded DiscardedResult Ending Endings Failed "
         "Failure History Hub HubStatistics Idle InFlight Interrupt JsonChatEncoder "
         "Message ModelInfo Pending Plan Provider RejectedResult RequestEncoder "
-        "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink Streaming Submit "
+        "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink "
+        "Streaming Submit "
         "Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
         "ToolResult ToolRound Turn TurnHandle TurnResult build_messages decide "
         "ending_of erase_sessions evolve initial_state is_in_flight open_hub plan plan_retention "
-        "prompt_token_cap prune_store replay replay_sessions request_messages sessions_of_subject subject_of"
+        "prompt_token_cap prune_store replay replay_sessions request_messages "
+        "sessions_of_subject subject_of"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",
