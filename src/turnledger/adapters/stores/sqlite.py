@@ -283,6 +283,12 @@ def _open_writer(
             # refused here and not at the first append.
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             conn.execute("COMMIT")
+            if not fresh:
+                # An erasure that a crash stopped between its COMMIT and its
+                # checkpoint left the log's old frames: copy and truncate now
+                # (nobody else has the file open for writing; a reader's
+                # snapshot only makes this a partial checkpoint).
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             if not existed:
                 fsync_dir(path.parent)
         except BaseException:
