@@ -21,6 +21,7 @@ from turnledger.events import DEFAULT_CODEC, EventStore, ToolCall, session_hash
 from turnledger.sessions import (
     CommittedResult,
     DiscardedResult,
+    RejectedResult,
     RetentionPolicy,
     Tool,
     ToolInvocation,
@@ -366,5 +367,65 @@ async def test_journal_erase_is_refused_while_another_process_holds_it(tmp_path:
         assert proc.returncode == 3
         assert b"locked by another writer" in proc.stderr
         assert len(await store.read("s")) == 1
+    finally:
+        await store.aclose()
+
+
+async def _journal(path: Path, cap: int) -> EventStore:
+    from turnledger.adapters.stores import JournalStore
+
+    return await JournalStore.open(path, max_bytes=cap)
+
+
+async def test_a_full_journal_rejects_a_question_as_limit(tmp_path: Path) -> None:
+    store = await _journal(tmp_path / "events.jsonl", 6000)
+    try:
+        with trio.fail_after(TIMEOUT):
+            async with _hub(store) as hub:
+                results = []
+                for i in range(40):
+                    results.append(await (await hub.submit("s", f"question {i}")).outcome())
+                    if results[-1].kind != "committed":
+                        break
+                last = results[-1]
+                assert isinstance(last, RejectedResult) and last.reason == "limit"
+                assert "cap" in last.detail
+                # A new session that cannot even start is rejected the same way.
+                fresh = await (await hub.submit("another", "q")).outcome()
+                assert isinstance(fresh, RejectedResult) and fresh.reason == "limit"
+                # The session is still there, and reads what it committed.
+                history = await hub.history("s")
+                assert len(history) == len(results) - 1 >= 3
+            assert store.size <= 6000  # type: ignore[attr-defined]
+    finally:
+        await store.aclose()
+
+
+async def test_a_full_journal_makes_room_by_the_retention(tmp_path: Path) -> None:
+    clock = _Clock()
+    store = await _journal(tmp_path / "events.jsonl", 8000)
+    try:
+        with trio.fail_after(TIMEOUT):
+            policy = RetentionPolicy(max_idle=3600)
+            async with _hub(store, clock=clock, retention=policy) as hub:
+                for i in range(3):
+                    await (await hub.submit("old", f"an old question {i}")).outcome()
+                clock.now += 7200
+                sizes, results = [], []
+                for i in range(30):
+                    results.append(await (await hub.submit("new", f"question {i}")).outcome())
+                    sizes.append(store.size)  # type: ignore[attr-defined]
+                    if results[-1].kind != "committed":
+                        break
+                # The cap was reached, the idle session erased to make room
+                # (the journal shrank), and the turn went on; once "new"
+                # alone fills the journal, a question is rejected as limit.
+                shrank = [i for i in range(1, len(sizes)) if sizes[i] < sizes[i - 1]]
+                assert len(shrank) == 1 and results[shrank[0]].kind == "committed"
+                assert await store.session_ids() == ["new"]
+                assert len(await store.erasures()) == 1
+                last = results[-1]
+                assert isinstance(last, RejectedResult) and last.reason == "limit"
+            assert store.size <= 8000  # type: ignore[attr-defined]
     finally:
         await store.aclose()

@@ -67,6 +67,7 @@ from .._errors import (
     ProviderError,
     SessionClosed,
     SessionOwnedElsewhere,
+    StoreCapReached,
     StoreCorrupted,
     StoreError,
     describe_store_error,
@@ -491,6 +492,12 @@ class Actor:
     def in_flight(self) -> bool:
         return self._flight is not None
 
+    @property
+    def busy(self) -> bool:
+        """A turn in flight, or a batch being handled (a retention run must
+        leave such a session alone: its actor may itself be waiting for room)."""
+        return self._flight is not None or bool(self._batch)
+
     def request_stop(self) -> None:
         """Stop after the current batch (the hub is closing)."""
         self._stop = True
@@ -766,6 +773,7 @@ class Actor:
             # Only the late_completion line (info) tells it.
             self._received_at = trio.current_time()
         conflicted = False
+        room_made = False
         for attempt in range(MAX_CONFLICTS + 1):
             decided: list[Event] | None = None
             try:
@@ -798,6 +806,13 @@ class Actor:
             except StoreError as exc:
                 if recovering or not _survivable(exc):
                     raise
+                if isinstance(exc, StoreCapReached) and not room_made:
+                    # The store's cap: the hub's retention may make room
+                    # (erasing idle sessions, trimming old turns); once.
+                    room_made = True
+                    make_room = rt.make_room
+                    if make_room is not None and await make_room(self.session_id):
+                        continue
                 await self._store_failed(batch, decided, exc)
                 self._batch = ()
                 return trio.current_time()
@@ -939,7 +954,10 @@ class Actor:
             rid = msg.request_id
             ending = ending_of(state, rid)
             if ending is None:
-                ticket.resolve(RejectedResult(rid, "store_error", detail))
+                # The store's own cap, with no room to be made: the session
+                # cannot fit (``limit``); anything else is ``store_error``.
+                reason = "limit" if isinstance(exc, StoreCapReached) else "store_error"
+                ticket.resolve(RejectedResult(rid, reason, detail))
             elif ending.kind == "in_flight":
                 self._wait_for(rid, ticket)  # resolved with its turn, below or later
             else:

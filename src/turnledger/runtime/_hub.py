@@ -26,7 +26,7 @@ from typing import final
 import attrs
 import trio
 
-from .._errors import InvalidCommand, SessionClosed
+from .._errors import InvalidCommand, SessionClosed, StoreCapReached, describe_store_error
 from .._loops import require_trio
 from ..events import (
     DEFAULT_CODEC,
@@ -43,7 +43,7 @@ from ..sessions._machine import SessionState, replay
 from ..sessions._messages import Cancel, Start, Submit
 from ..sessions._ports import Provider
 from ..sessions._projection import Budget, CharTokenEstimator, TokenEstimator
-from ..sessions._results import TurnResult
+from ..sessions._results import RejectedResult, TurnResult
 from ..sessions._retention import RetentionPolicy, RetentionStep, plan_retention
 from ..sessions._tools import Tool
 from ._actor import KEEP_REQUEST_TASK, Actor, Item
@@ -290,6 +290,7 @@ class Hub:
             routing=routes,
             timers=Timers(config.idle_timeout),
             tools=dict(tools or {}),
+            make_room=None if retention is None else self._make_room,
         )
         self._store = store
         self._janitor_scope = trio.CancelScope()
@@ -378,6 +379,10 @@ class Hub:
                 (recorded in its ``SessionStarted``; see :meth:`erase_subject`).
                 A session that exists keeps the subject it was created with.
 
+        A new session whose first event the store's size cap refuses (after
+        the hub's retention, if any, tried to make room) gets a
+        :class:`~turnledger.sessions.RejectedResult` with reason ``limit``.
+
         Raises:
             SessionClosed: the hub is closed.
             SessionOwnedElsewhere: another process holds the session.
@@ -392,7 +397,17 @@ class Hub:
         rid = RequestId(uuid4_hex() if request_id is None else request_id)
         ticket = Ticket()
         start = None if subject is None else attrs.evolve(self._config.start, subject=subject)
-        await self._send(session_id, (Submit(rid, question), ticket), start)
+        try:
+            try:
+                await self._send(session_id, (Submit(rid, question), ticket), start)
+            except StoreCapReached:
+                # A new session whose first event the store's cap refused:
+                # room made by the retention, once, else it cannot fit.
+                if not await self._make_room(session_id):
+                    raise
+                await self._send(session_id, (Submit(rid, question), ticket), start)
+        except StoreCapReached as exc:
+            ticket.resolve(RejectedResult(rid, "limit", describe_store_error(exc)))
         return TurnHandle(self, session_id, rid, ticket)
 
     async def open_session(
@@ -508,7 +523,7 @@ class Hub:
         gate = routes.erasing[session_id] = trio.Event()
         try:
             actor = routes.actors.get(session_id)
-            if actor is not None and actor.in_flight and not busy_ok:
+            if actor is not None and actor.busy and not busy_ok:
                 yield False
                 return
             if actor is not None:
@@ -594,10 +609,26 @@ class Hub:
 
         Cancellation: each step happened or did not; the ones done stay done.
         """
+        return await self._prune(policy, now, dry_run, ())
+
+    async def _make_room(self, session_id: str) -> bool:
+        """The store's cap refused ``session_id``'s append: apply the
+        retention to the other sessions; whether it erased or cut anything."""
+        if self._retention is None:
+            return False
+        return bool(await self._prune(None, None, False, (session_id,)))
+
+    async def _prune(
+        self,
+        policy: RetentionPolicy | None,
+        now: float | None,
+        dry_run: bool,
+        spare: Sequence[str],
+    ) -> list[RetentionStep]:
         rule = policy or self._retention or RetentionPolicy()
         when = self._config.clock() if now is None else now
-        busy = [sid for sid, a in self._routes.actors.items() if a.in_flight]
-        steps = await plan_store(self._store, rule, when, skip=busy)
+        busy = [sid for sid, a in self._routes.actors.items() if a.busy]
+        steps = await plan_store(self._store, rule, when, skip=[*busy, *spare])
         if dry_run:
             return steps
         done = []

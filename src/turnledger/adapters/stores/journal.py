@@ -22,7 +22,12 @@ the next append cuts it first (nothing is written after it meanwhile), or
 until the next open finds it as a torn tail, saves it aside and cuts it:
 damage repaired, never events lost or invented. A size cap (``max_bytes``)
 refuses an append that would grow the file beyond it, before anything is
-written.
+written (:class:`~turnledger.StoreCapReached`); an append that starts a
+session or a turn must leave a reserve under the cap free (an eighth of it,
+at most 64 KiB), so that the turns already started can always end. Room is
+made by erasing: a hub with a retention policy applies it when the cap
+refuses an append (the journal is rewritten smaller) and tries once more;
+a question that still does not fit is rejected as ``limit``.
 
 Locking. The writer holds ``fcntl.flock`` on ``<journal>.lock`` (which holds
 its pid) for as long as the store is open; a second opener, in this process or
@@ -317,6 +322,22 @@ def _map_os_error(exc: OSError, msg: str) -> StoreError:
     return StoreUnavailable(f"{msg}: {exc}")
 
 
+#: Tags of the events that start something (a session, a turn): an append
+#: holding one must leave the cap's reserve free.
+_STARTING: Final = frozenset({"session_started", "turn_submitted"})
+
+
+def _reserve(cap: int) -> int:
+    """Bytes under the cap kept for the appends that end what was started
+    (answers, discards): so a full journal refuses new turns (``limit``),
+    never the end of a turn in flight."""
+    return min(64 * 1024, cap // 8)
+
+
+def _starts_something(events: Sequence[StoredEvent]) -> bool:
+    return any(ev.tag in _STARTING for ev in events)
+
+
 def _compact_path(path: Path) -> Path:
     return path.with_name(path.name + ".compact")
 
@@ -540,11 +561,20 @@ class JournalStore(HeldEvents):
             end = expected_version + len(events)
             encoded = [self._encode(ev, position + i, end) for i, ev in enumerate(events, 1)]
             data = b"".join(line for line, _ in encoded)
-            if self._max_bytes is not None and self._size + len(data) > self._max_bytes:
+            cap = self._max_bytes
+            if cap is not None and _starts_something(events):
+                cap -= _reserve(cap)
+            if cap is not None and self._size + len(data) > cap:
                 raise StoreCapReached(
                     f"{self._path}: appending {len(data)} bytes would grow the journal to "
-                    f"{self._size + len(data)} bytes, over its cap of {self._max_bytes}; "
-                    "nothing was written"
+                    f"{self._size + len(data)} bytes, over its cap of {cap}"
+                    + (
+                        ""
+                        if cap == self._max_bytes
+                        else f" ({self._max_bytes} less the reserve "
+                        "kept for ending the turns already started)"
+                    )
+                    + "; nothing was written"
                 )
             await trio.to_thread.run_sync(self._write, data)
             for (_, payload), ev, pos in zip(
