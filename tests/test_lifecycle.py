@@ -429,3 +429,28 @@ async def test_a_full_journal_makes_room_by_the_retention(tmp_path: Path) -> Non
             assert store.size <= 8000  # type: ignore[attr-defined]
     finally:
         await store.aclose()
+
+
+def test_a_session_started_of_version_3_reads_without_a_subject() -> None:
+    from turnledger.events import SessionStarted
+
+    v3 = {
+        "system": "s",
+        "model": "m",
+        "policy": {"kind": "ledger"},
+        "on_busy": "reject",
+        "tools": [],
+        "tool_choice": "auto",
+        "max_tool_rounds": 8,
+        "on_tool_error": "report",
+        "context_window": None,
+        "output_reserve": None,
+        "window_source": "none",
+    }
+    old = DEFAULT_CODEC.from_payload("session_started", 3, v3)
+    assert old == SessionStarted("s", "m")
+    assert old.subject is None and old.retain_seconds is None and old.retain_turns is None
+    tag, version, payload = DEFAULT_CODEC.to_payload(SessionStarted("s", "m", subject="u"))
+    assert (tag, version, payload["subject"]) == ("session_started", 4, "u")
+    with pytest.raises(Exception, match="subject"):
+        DEFAULT_CODEC.from_payload("session_started", 4, {**payload, "subject": 7})
