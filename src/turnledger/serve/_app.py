@@ -1003,6 +1003,16 @@ def _edge(app: ASGIApp) -> ASGIApp:
                 if unread or _is_stream(headers):
                     headers.append(_CLOSE)
                 message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                # The last write ends the response, and after Connection:
+                # close the server closes the socket within this call. A
+                # streaming response's disconnect watcher is told of the end
+                # at that moment and cancels its sender: unshielded, the
+                # close was cancelled and the connection stayed open until
+                # the client left (holding a shutdown for its whole backstop).
+                with trio.CancelScope(shield=True):
+                    await send(message)
+                return
             await send(message)
 
         await app(scope, receiving, sending)
