@@ -174,25 +174,27 @@ def test_an_allow_origin_that_is_not_an_origin_is_refused_at_startup(
 
 def test_the_token_is_checked_as_rfc_7235_says(provider: LoopbackServer, tmp_path: Path) -> None:
     env = {"TL_EDGE_TOKEN": "s3cret-token"}
-    with running(
-        tmp_path / "t.db", provider.openai_base_url, "--token-env", "TL_EDGE_TOKEN", env=env
-    ) as serve:
-        with serve.client() as c:
-            for auth in (None, "Bearer wrong", "Basic s3cret-token", "Bearers3cret-token"):
-                headers = {} if auth is None else {"Authorization": auth}
-                r = c.get("/v1/sessions", headers=headers)
-                _error(r, 401, "unauthorized")
-                assert r.headers["www-authenticate"] == "Bearer"
-            for scheme in ("Bearer", "bearer", "BEARER"):
-                auth = {"Authorization": f"{scheme} s3cret-token"}
-                assert c.get("/v1/sessions", headers=auth).status_code == 200
-            # with a token, any Host is served (behind a proxy, say)
-            both = {"Authorization": "Bearer s3cret-token", "Host": "api.example"}
-            assert c.get("/v1/sessions", headers=both).status_code == 200
-            two = [("Authorization", "Bearer s3cret-token"), ("Authorization", "Bearer x")]
-            _error(c.get("/v1/sessions", headers=two), 400, "bad_authorization")
-            same = [("Authorization", "Bearer s3cret-token")] * 2
-            _error(c.get("/v1/sessions", headers=same), 400, "bad_authorization")
+    with (
+        running(
+            tmp_path / "t.db", provider.openai_base_url, "--token-env", "TL_EDGE_TOKEN", env=env
+        ) as serve,
+        serve.client() as c,
+    ):
+        for auth in (None, "Bearer wrong", "Basic s3cret-token", "Bearers3cret-token"):
+            headers = {} if auth is None else {"Authorization": auth}
+            r = c.get("/v1/sessions", headers=headers)
+            _error(r, 401, "unauthorized")
+            assert r.headers["www-authenticate"] == "Bearer"
+        for scheme in ("Bearer", "bearer", "BEARER"):
+            auth = {"Authorization": f"{scheme} s3cret-token"}
+            assert c.get("/v1/sessions", headers=auth).status_code == 200
+        # with a token, any Host is served (behind a proxy, say)
+        both = {"Authorization": "Bearer s3cret-token", "Host": "api.example"}
+        assert c.get("/v1/sessions", headers=both).status_code == 200
+        two = [("Authorization", "Bearer s3cret-token"), ("Authorization", "Bearer x")]
+        _error(c.get("/v1/sessions", headers=two), 400, "bad_authorization")
+        same = [("Authorization", "Bearer s3cret-token")] * 2
+        _error(c.get("/v1/sessions", headers=same), 400, "bad_authorization")
 
 
 @pytest.mark.parametrize("token", ["", "   ", "\t", " padded", "two words", "ctl\x01"])
@@ -436,19 +438,21 @@ def test_sigterm_with_an_idle_keep_alive_client_exits_within_the_grace(
     provider: LoopbackServer, tmp_path: Path
 ) -> None:
     grace = 1.0
-    with running(tmp_path / "term.db", provider.openai_base_url, "--grace", str(grace)) as serve:
-        with serve.client() as c:
-            # a streamed turn and a plain request, then the client keeps its
-            # connections open and says nothing
-            status, events = post_turn(c, "term", "hello")
-            assert status == 200 and events[-1]["data"]["kind"] == "committed"
-            assert c.get("/healthz").status_code == 200
-            with socket.create_connection(("127.0.0.1", _port(serve)), timeout=10) as idle:
-                conn = h11.Connection(h11.CLIENT)
-                _h11_request(idle, conn, "POST", "/v1/sessions/term/turns", b'{"question": "hi"}')
-                started = time.monotonic()
-                serve.proc.send_signal(signal.SIGTERM)
-                code = serve.proc.wait(30)
-                took = time.monotonic() - started
+    with (
+        running(tmp_path / "term.db", provider.openai_base_url, "--grace", str(grace)) as serve,
+        serve.client() as c,
+    ):
+        # a streamed turn and a plain request, then the client keeps its
+        # connections open and says nothing
+        status, events = post_turn(c, "term", "hello")
+        assert status == 200 and events[-1]["data"]["kind"] == "committed"
+        assert c.get("/healthz").status_code == 200
+        with socket.create_connection(("127.0.0.1", _port(serve)), timeout=10) as idle:
+            conn = h11.Connection(h11.CLIENT)
+            _h11_request(idle, conn, "POST", "/v1/sessions/term/turns", b'{"question": "hi"}')
+            started = time.monotonic()
+            serve.proc.send_signal(signal.SIGTERM)
+            code = serve.proc.wait(30)
+            took = time.monotonic() - started
     assert code == 0
     assert took < grace + 2, f"exit took {took:.2f} s with --grace {grace}"
