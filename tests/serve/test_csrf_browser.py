@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.loopback]
 
 _ATTACK = """<!doctype html><html><body>
 <iframe name="sink" style="display:none"></iframe>
-<form id="f" method="post" enctype="text/plain" target="sink" action="TARGET/v1/sessions/csrf-form/turns">
+<form id="f" method="post" enctype="text/plain" target="sink"
+      action="TARGET/v1/sessions/csrf-form/turns">
 <input name='{"question": "planted by a form", "x": "' value='"}'>
 </form>
 <script>
