@@ -179,7 +179,9 @@ def _error(r: httpx.Response, status: int, code: str) -> None:
 def test_every_error_has_its_status_and_code_and_changes_nothing(service: Serve) -> None:
     with service.client() as c:
         turns = "/v1/sessions/errors-1/turns"
-        _error(c.post(turns, content=b"{not json"), 400, "bad_json")
+        as_json = {"Content-Type": "application/json"}
+        _error(c.post(turns, content=b"{not json", headers=as_json), 400, "bad_json")
+        _error(c.post(turns, content=b'{"question": "q"}'), 415, "unsupported_media_type")
         _error(c.post(turns, json=["a list"]), 400, "bad_json")
         _error(c.post(turns, json={"question": 7}), 400, "bad_field")
         _error(c.post(turns, json={"question": "q", "extra": 1}), 400, "bad_field")
@@ -189,13 +191,16 @@ def test_every_error_has_its_status_and_code_and_changes_nothing(service: Serve)
             bad = c.post(f"/v1/sessions/{segment}/turns", json={"question": "q"})
             _error(bad, 400, "bad_session_id")
         _error(
-            c.post(turns, content=b'{"question": "' + b"x" * 20_000 + b'"}'), 413, "body_too_large"
+            c.post(turns, content=b'{"question": "' + b"x" * 20_000 + b'"}', headers=as_json),
+            413,
+            "body_too_large",
         )
         _error(c.get("/v1/sessions/errors-1"), 404, "unknown_session")  # nothing was created
         _error(c.post(turns, json={"question": ""}), 400, "empty_question")
         _error(c.post(turns, json={"question": "x" * 5000}), 413, "over_budget")
-        _error(c.get("/v1/sessions/errors-1/turns/nope/stream"), 404, "unknown_request")
-        _error(c.post("/v1/sessions/errors-1/turns/nope/cancel", json={}), 404, "unknown_request")
+        # the refused questions created nothing
+        _error(c.get("/v1/sessions/errors-1/turns/nope/stream"), 404, "unknown_session")
+        _error(c.post("/v1/sessions/errors-1/turns/nope/cancel", json={}), 404, "unknown_session")
         _error(c.get("/v1/sessions/nope/turns/r/stream"), 404, "unknown_session")
         _error(c.get("/v1/sessions/errors-1/events", params={"after": "-1"}), 400, "bad_parameter")
         _error(
@@ -208,6 +213,8 @@ def test_every_error_has_its_status_and_code_and_changes_nothing(service: Serve)
         with c.stream("POST", turns, json={"question": "slow 30", "request_id": "b1"}) as r:
             sse_events(r, stop_after_deltas=1)
             _error(c.post(turns, json={"question": "second", "request_id": "b2"}), 409, "busy")
+        _error(c.get("/v1/sessions/errors-1/turns/nope/stream"), 404, "unknown_request")
+        _error(c.post("/v1/sessions/errors-1/turns/nope/cancel", json={}), 404, "unknown_request")
         state = c.get("/v1/sessions/errors-1").json()
         # no refusal is in its log: the empty and over-budget questions and
         # the busy one were refused before the hub, like malformed requests

@@ -458,7 +458,7 @@ class _Service:
             await trio.sleep(pause)
             pause = min(pause * 2, 0.05)
 
-    def _refusal(self, state: SessionState, question: str) -> ApiError | None:
+    def _refusal(self, session_id: str, state: SessionState, question: str) -> ApiError | None:
         """Why the session would refuse ``question`` now, decided without it
         (so the refusal writes nothing): busy, or over the budget with the
         system prompt alone. ``None``: the session decides.
@@ -470,7 +470,14 @@ class _Service:
         created.
         """
         config = state.config
-        if config is not None and is_in_flight(state) and config.on_busy == "reject":
+        if (
+            config is not None
+            and is_in_flight(state)
+            and config.on_busy == "reject"
+            # A turn that ended here although its end is not in the log yet
+            # (the store refused it): the session says what happens next.
+            and (session_id, state.request.request_id) not in self.done  # type: ignore[union-attr]
+        ):
             return ApiError(409, "busy", "another turn of this session is in flight")
         limits = self.settings.new_session_budget
         if limits is None:
@@ -552,7 +559,7 @@ class _Service:
                 async with self.gates.hold(session_id):
                     state = await self.hub.state(session_id)
                     if rid is None or ending_of(state, rid) is None:
-                        refused = self._refusal(state, question)
+                        refused = self._refusal(session_id, state, question)
                         if refused is not None:
                             raise refused
                     handle = await self.hub.submit(session_id, question, request_id=rid)
