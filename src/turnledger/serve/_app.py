@@ -992,7 +992,7 @@ def _edge(app: ASGIApp) -> ASGIApp:
         # Whether the request's body is still (partly) unread.
         unread = any(
             (k == b"content-length" and v.strip() not in (b"", b"0")) or k == b"transfer-encoding"
-            for k, v in ((k.lower(), v) for k, v in scope["headers"])
+            for k, v in ((k.lower(), v) for k, v in scope.get("headers", ()))
         )
 
         async def receiving() -> Message:
