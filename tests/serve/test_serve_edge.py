@@ -456,3 +456,30 @@ def test_sigterm_with_an_idle_keep_alive_client_exits_within_the_grace(
             took = time.monotonic() - started
     assert code == 0
     assert took < grace + 2, f"exit took {took:.2f} s with --grace {grace}"
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET /v1/ses\x00sions HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400),
+        (b"GET /a b HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\n\r\n", 400),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n",
+            431,
+        ),
+    ],
+    ids=["request-line", "nul-in-path", "space-in-path", "no-host", "100-kb-header"],
+)
+def test_protocol_errors_are_answered_as_the_docs_list_them(
+    service: Serve, raw: bytes, status: int
+) -> None:
+    with socket.create_connection(("127.0.0.1", _port(service)), timeout=10) as sock:
+        sock.sendall(raw)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), head
+    assert b"connection: close" in head.lower() and body == b""
