@@ -6,7 +6,9 @@ with a stable code, never a traceback):
 - ``POST /v1/sessions/{id}/turns`` → ``text/event-stream``: ``turn``, then
   ``delta`` events (SSE ``id`` 1, 2, … numbers the deltas of that turn), then
   ``outcome``. A refused question gets an HTTP error instead (409 busy, 413
-  over budget, 400 empty or invalid), since it never streams.
+  over budget, 400 empty or invalid), since it never streams; those the edge
+  can decide (see ``_Service._refusal``) are refused before the hub and
+  write nothing, so no session is created by a refused first question.
 - ``GET /v1/sessions/{id}/turns/{request_id}/stream`` with ``Last-Event-ID: k``
   → the deltas after ``k`` once, then the outcome; a turn that ended gets
   just the outcome. A client going away never cancels a turn.
@@ -14,6 +16,13 @@ with a stable code, never a traceback):
 - ``GET /v1/sessions``, ``/v1/sessions/{id}``, ``/v1/sessions/{id}/events``,
   ``/v1/sessions/{id}/state``, ``/v1/sessions/{id}/timeline`` and its live
   ``/follow`` stream; ``GET /healthz``; the timeline page at ``/``.
+
+Who may ask (``_guard``): with a token, whoever sends it; without one, only
+this machine's pages and programs (a loopback ``Host``, and an ``Origin``
+that is the service's own or one of ``ServeSettings.allowed_origins``).
+Every POST is ``application/json``, parsed strictly (``wire.loads_object``).
+Responses that leave a connection unusable (sent before the body was read,
+or an event stream) close it (``_edge``).
 
 An ``{id}`` is any id the library takes, written by :func:`quote_id`: routes
 match the path as it was sent (``raw_path``), so an escaped ``/`` stays

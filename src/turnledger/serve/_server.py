@@ -3,7 +3,8 @@
 ``turnledger serve`` (and ``python -m turnledger.serve``) parse their
 options here. SIGTERM or SIGINT stops accepting connections; turns in
 flight may end within the grace period, then leaving the hub writes the
-rest as ``interrupted``, and the process exits 0.
+rest as ``interrupted``, and the process exits 0, at most about a second
+after the grace period (``_BACKSTOP``) whatever the clients do.
 """
 
 from __future__ import annotations
