@@ -483,3 +483,44 @@ def test_protocol_errors_are_answered_as_the_docs_list_them(
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(f"HTTP/1.1 {status} ".encode()), head
     assert b"connection: close" in head.lower() and body == b""
+
+
+def test_a_question_over_the_window_alone_is_refused_at_the_edge_once_the_session_exists(
+    provider: LoopbackServer, tmp_path: Path
+) -> None:
+    # No caps: only the model's context window (the fallback 8,192 tokens
+    # here) bounds a question, and a new session's window is known only once
+    # the session exists.
+    db = tmp_path / "w.db"
+    huge = "word " * 40_000  # about 50,000 tokens by the estimate
+    with running(db, provider.openai_base_url) as serve, serve.client() as c:
+        post_turn(c, "exists", "hello", rid="e1")
+        before = _counts(db)
+        r = c.post("/v1/sessions/exists/turns", json={"question": huge})
+        error = _error(r, 413, "over_budget")
+        assert "tokens; the budget is" in error["message"]
+        assert _counts(db) == before  # measured with the session's window: nothing written
+        # the documented exception: a new session records this refusal
+        r = c.post("/v1/sessions/fresh/turns", json={"question": huge})
+        _error(r, 413, "over_budget")
+        tags = [e["tag"] for e in c.get("/v1/sessions/fresh/events").json()["events"]]
+        assert tags == ["session_started", "turn_rejected"]
+
+
+def test_questions_racing_into_one_session_are_one_turn_and_refusals_that_write_nothing(
+    service: Serve, db: Path
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(i: int) -> int:
+        with service.client() as c:
+            status, _ = post_turn(c, "race", "slow 20", rid=f"race-{i}")
+            return status
+
+    with ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(ask, range(8)))
+    with service.client() as c:
+        tags = [e["tag"] for e in c.get("/v1/sessions/race/events").json()["events"]]
+    assert tags.count("turn_rejected") == 0, tags
+    assert tags.count("turn_submitted") == statuses.count(200) >= 1
+    assert sorted(set(statuses)) in ([200], [200, 409]), statuses
