@@ -524,3 +524,18 @@ def test_questions_racing_into_one_session_are_one_turn_and_refusals_that_write_
     assert tags.count("turn_rejected") == 0, tags
     assert tags.count("turn_submitted") == statuses.count(200) >= 1
     assert sorted(set(statuses)) in ([200], [200, 409]), statuses
+
+
+@pytest.mark.parametrize(
+    ("given", "origin"),
+    [
+        ("http://Localhost:3000/", "http://localhost:3000"),
+        ("http://localhost:80", "http://localhost"),  # as a browser writes it
+        ("https://App.example:443", "https://app.example"),
+        ("http://[::1]:8080", "http://[::1]:8080"),
+    ],
+)
+def test_an_allowed_origin_is_written_as_a_browser_sends_it(given: str, origin: str) -> None:
+    from turnledger.serve._app import check_origin
+
+    assert check_origin(given) == origin

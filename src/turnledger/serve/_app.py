@@ -891,7 +891,10 @@ def check_origin(origin: str) -> str:
         raise ValueError(
             f"{origin!r} is not an origin (scheme://host[:port], e.g. http://localhost:3000)"
         )
-    return f"{parts.scheme}://{parts.netloc}".lower()
+    netloc = parts.netloc.lower()
+    if parts.port == {"http": 80, "https": 443}[parts.scheme]:
+        netloc = netloc.rpartition(":")[0]  # a browser leaves the default port out
+    return f"{parts.scheme}://{netloc}"
 
 
 def _guard(app: ASGIApp, settings: ServeSettings) -> ASGIApp:
