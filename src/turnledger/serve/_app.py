@@ -822,11 +822,12 @@ def _state_json(session_id: str, state: Any) -> dict[str, Any]:
 #: Host names that can only mean this machine (a rebound DNS name cannot
 #: pose as one of them: the browser sends the name it resolved).
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
-_PREFLIGHT_HEADERS = [
-    (b"access-control-allow-methods", b"GET, POST"),
-    (b"access-control-allow-headers", b"Content-Type, Last-Event-ID, Authorization"),
-    (b"access-control-max-age", b"600"),
-]
+#: A preflight's answer to an allowed origin.
+_PREFLIGHT_HEADERS = {
+    "Access-Control-Allow-Methods": "GET, POST",
+    "Access-Control-Allow-Headers": "Content-Type, Last-Event-ID, Authorization",
+    "Access-Control-Max-Age": "600",
+}
 
 
 def _headers(scope: Scope, name: bytes) -> list[bytes]:
@@ -862,16 +863,18 @@ def _origin_refusal(scope: Scope, allowed: frozenset[str]) -> str | None:
     return "requests from this origin are not allowed (see --allow-origin)"
 
 
-def _bearer(scope: Scope, token: bytes) -> str | None:
-    """Why the request's credentials are refused (``None``: they are the
-    token). The scheme is case-insensitive (RFC 7235); the token is compared
-    in constant time."""
+def _bearer(scope: Scope, token: bytes) -> Response | None:
+    """The refusal of a request whose credentials are not the token
+    (``None``: they are). The scheme is case-insensitive (RFC 7235); the
+    token is compared in constant time."""
     given = _headers(scope, b"authorization")
     if len(given) > 1:
-        return "one Authorization header at most"
+        return _error(400, "bad_authorization", "one Authorization header at most")
     scheme, _, credentials = (given[0] if given else b"").strip().partition(b" ")
     if scheme.lower() != b"bearer" or not hmac.compare_digest(credentials.strip(), token):
-        return "a bearer token is required"
+        refused = _error(401, "unauthorized", "a bearer token is required")
+        refused.headers["WWW-Authenticate"] = "Bearer"
+        return refused
     return None
 
 
@@ -923,28 +926,18 @@ def _guard(app: ASGIApp, settings: ServeSettings) -> ASGIApp:
             await send(message)
 
         try:
+            # Answered here, not by the app: a preflight's grant, or a refusal.
+            early: Response | None
             if trusted and scope["method"] == "OPTIONS":
-                await Response(
-                    status_code=204,
-                    headers=dict((k.decode(), v.decode()) for k, v in _PREFLIGHT_HEADERS),
-                )(scope, receive, sending)
-                return
-            if token is not None:
-                refused = _bearer(scope, token)
-                if refused is not None:
-                    bad = refused.startswith("one")
-                    response = _error(
-                        400 if bad else 401, "bad_authorization" if bad else "unauthorized", refused
-                    )
-                    if not bad:
-                        response.headers["WWW-Authenticate"] = "Bearer"
-                    await response(scope, receive, sending)
-                    return
+                early = Response(status_code=204, headers=_PREFLIGHT_HEADERS)
+            elif token is not None:
+                early = _bearer(scope, token)
             else:
-                refused = _origin_refusal(scope, allowed)
-                if refused is not None:
-                    await _error(403, "forbidden_origin", refused)(scope, receive, sending)
-                    return
+                why = _origin_refusal(scope, allowed)
+                early = None if why is None else _error(403, "forbidden_origin", why)
+            if early is not None:
+                await early(scope, receive, sending)
+                return
             await app(scope, receive, sending)
         finally:
             log.info(
