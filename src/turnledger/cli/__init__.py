@@ -7,7 +7,8 @@ One module per command family: :mod:`._demo`, :mod:`._chat` and
 on a terminal;
 :mod:`._stores` opens the store a command names, :mod:`._errors` holds the
 exit codes and keeps passwords out of messages, :mod:`._display` keeps
-terminal controls out of what is printed, :mod:`._args` checks arguments.
+terminal controls out of what is printed, :mod:`._logs` says where and when
+log lines are shown, :mod:`._args` checks arguments.
 The command line uses only public names of the library.
 
 Exit codes (stable, for scripts):
@@ -154,18 +155,18 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = _parser().parse_args(argv)
     # demo and chat tell a story on a terminal: their log lines wait until
     # it is told (._logs); chat's window line tells the window's facts.
-    args.log = CommandLog(
+    args.command_log = CommandLog(
         sys.stderr,
         json=True if args.log_json else None,
         verbosity=args.verbose,
         hold=getattr(args, "hold_logs", False),
         told=getattr(args, "told", ()),
     )
-    args.log.configure()
+    args.command_log.configure()
     try:
         code = trio.run(args.run, args)
     except BaseException as raised:
-        args.log.release(args.command)
+        args.command_log.release(args.command)
         code = _exit_code(raised, secrets_of(getattr(args, "db", None)))
-    args.log.release(args.command)
+    args.command_log.release(args.command)
     sys.exit(code)

@@ -398,7 +398,7 @@ async def _run_chat(args: argparse.Namespace) -> int:
                     turn_deadline=args.timeout,
                 ) as hub:
                     state = await hub.open_session(session_id)
-                    fallback = args.log.noted("context_window_fallback")
+                    fallback = args.command_log.noted("context_window_fallback")
                     window_line = _window_line(
                         state,
                         args.max_prompt_tokens,
@@ -406,7 +406,7 @@ async def _run_chat(args: argparse.Namespace) -> int:
                     )
                     if chat.interactive:
                         chat.say(f"  window    {window_line}")
-                    elif not args.log.json:
+                    elif not args.command_log.json:
                         # (JSON logs carry it as their context_window line.)
                         print(f"[{window_line}]", file=sys.stderr, flush=True)
                     with chat.scope:
