@@ -995,6 +995,7 @@ class Actor:
         by the event's exact type (events are never subclassed: the codec
         could not have written one), as the machine looks its transitions up.
         """
+        # (A local: the table is looked up once a batch, not once an event.)
         effects = EFFECTS
         for msg, ticket, events, after, logged in steps:
             if ticket is not None and isinstance(msg, Submit):
