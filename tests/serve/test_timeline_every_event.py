@@ -75,7 +75,7 @@ def _events() -> list[Event]:
             output_reserve=512,
             window_source="user",
         ),
-        TurnSubmitted(_r("r-tools"), "Weather in Paris?", 0, 0, 120, 30),
+        TurnSubmitted(_r("r-tools"), "Weather in Paris?", 0, 0, 120, 300),
         StreamStarted(_r("r-tools")),
         ToolCallsRequested(_r("r-tools"), 0, calls, "", Usage(20, 8, 28)),
         ToolResultRecorded(_r("r-tools"), "call-paris", "sunny, 21 C", False, 12),
@@ -85,7 +85,7 @@ def _events() -> list[Event]:
         TurnCommitted(_r("r-tools"), "Sunny in Paris.", "stop", Usage(40, 5, 45)),
         TurnSubmitted(_r("r-retry"), "Summarise all of it", 1, 0, 9000, 3900),
         TurnRetried(
-            _r("r-retry"), "context_overflow", "maximum context length exceeded", 0, 1, 200, 60
+            _r("r-retry"), "context_overflow", "maximum context length exceeded", 0, 1, 200, 250
         ),
         StreamStarted(_r("r-retry")),
         TurnCommitted(_r("r-retry"), "A summary.", "stop", Usage(55, 4, 59)),
@@ -153,7 +153,7 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
     assert (retry.reason, retry.turns_dropped, retry.estimated_prompt_tokens) == (
         "context_overflow",
         1,
-        60,
+        250,
     )
     # the window less the reserve, then cut after the overflow
     assert rows["r-tools"].token_budget == 4096 - 512
@@ -185,7 +185,7 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
         "window_source": "user",
         "prompt_tokens": 40 + 55 + 9,
         "completion_tokens": 5 + 4 + 4,
-        "estimated_prompt_tokens": 30 + 3900 + 60 + 100 + 102,
+        "estimated_prompt_tokens": 300 + 3900 + 250 + 100 + 102,
         "turns_dropped": 0,
         "context_overflows": 1,
     }
@@ -222,7 +222,7 @@ def _text_log(db: Path, tmp_path: Path) -> None:
         assert any(f" {rid} " in line for line in lines), rid
     (retry,) = [line for line in lines if " turn_retried " in line]
     assert "r-retry" in retry and "context_overflow (maximum context length exceeded" in retry
-    assert "sent again: 0 turns sent, 1 dropped, 200 bytes, ~60 tokens" in retry
+    assert "sent again: 0 turns sent, 1 dropped, 200 bytes, ~250 tokens" in retry
     (calls,) = [line for line in lines if " tool_calls_requested " in line]
     assert "get_weather call-paris 17 B, get_time call-clock 2 B" in calls
     results = [line for line in lines if " tool_result_recorded " in line]
@@ -250,7 +250,7 @@ def _json_log(db: Path, tmp_path: Path) -> None:
         "pending",
         "pending",
     )
-    assert retry["estimated_prompt_tokens"] == 60
+    assert retry["estimated_prompt_tokens"] == 250
     (calls,) = [s for s in steps if s["tag"] == "tool_calls_requested"]
     assert "get_weather call-paris" in calls["detail"] and "call-clock" in calls["detail"]
     assert calls["to"] == "awaitingtools"
@@ -299,7 +299,7 @@ def _page(browser: Any) -> None:
     assert retry.find_elements("css selector", ".mark.retry")
     text = retry.find_element("css selector", ".retried").text
     assert "retried after context_overflow (maximum context length exceeded)" in text
-    assert "1 dropped, 200 bytes, ~60 tokens" in text
+    assert "1 dropped, 200 bytes, ~250 tokens" in text
     tools = row("r-tools")
     assert tools.get_attribute("data-tool-rounds") == "1"
     assert tools.find_elements("css selector", ".mark.tool")
