@@ -1,33 +1,4 @@
-"""One session's timeline: the rows every view of a log draws.
-
-Pure: stored envelopes in, frozen rows out (no trio, no HTTP, no files).
-``turnledger log`` (text and ``--json``), ``turnledger log --html``, the
-``serve`` page and its JSON routes all render what :func:`timeline` builds,
-so no view can show a fact another one misses.
-
-A :class:`Timeline` holds one :class:`Row` per request id, in order of first
-appearance. A row carries:
-
-- its phases: every event of the request as a :class:`Step` (the phase the
-  session moved from and to, why, and the token figures), the times it was
-  submitted, started streaming and ended;
-- its outcome (``committed``, ``discarded``, ``rejected`` or
-  ``in_flight``) with reason and detail, and a sentence saying why the turn
-  is or is not in history (:func:`explain`);
-- its retries (:class:`RetryEntry`: a request sent again, smaller, after a
-  context overflow) and tool rounds (:class:`ToolRoundEntry`: tool names,
-  call ids, argument and result sizes, durations; never the arguments or
-  results themselves);
-- its late completions (:class:`LateCompletion`, with their delay after the
-  turn ended);
-- its links: the request that superseded it and the ones it superseded,
-  and for a ``busy`` rejection the request that was in flight;
-- its usage and budgets: tokens reported, the estimate of the request, and
-  the session's prompt token budget when it was projected.
-
-:func:`session_summary` is the one line a list of sessions shows, with the
-same keys in ``turnledger sessions --json`` and ``GET /v1/sessions``.
-"""
+"""The rows of a timeline and the summary of a session (see the package)."""
 
 from __future__ import annotations
 
@@ -37,7 +8,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from .events import (
+from ..events import (
     DEFAULT_CODEC,
     CompletionIgnored,
     Event,
@@ -54,7 +25,13 @@ from .events import (
     TurnSubmitted,
     Usage,
 )
-from .sessions import Budget, SessionState, evolve, initial_state, is_in_flight, prompt_token_cap
+
+# From the pure modules themselves: the package's own __init__ can reach the
+# trio runtime (lazily), which a pure module may not even name.
+from ..sessions._budgets import prompt_token_cap
+from ..sessions._machine import evolve
+from ..sessions._phases import SessionState, initial_state, is_in_flight
+from ..sessions._projection import Budget
 
 __all__ = [
     "End",
