@@ -11,6 +11,7 @@ tags, so a new event type fails here until the log (and the views) hold it.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -335,3 +336,28 @@ def test_every_view_shows_every_row(browser: Any, every_db: Path, tmp_path: Path
         browser.get(f"{serve.url}/#session={SESSION}")
         _page(browser)
         assert "following live" in browser.find_element("css selector", "#live").text
+
+
+def test_the_readme_timeline_example_runs(
+    every_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = Path(__file__).parents[2] / "README.md"
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), re.S)
+    [code] = [b for b in blocks if "async def print_race(" in b]
+    scope: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), scope)
+
+    async def main() -> None:
+        store = await SQLiteStore.open(every_db, read_only=True)
+        try:
+            await scope["print_race"](store, SESSION)
+        finally:
+            await store.aclose()
+
+    trio.run(main)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines if not line.startswith(" ")][:-1] == ROWS
+    assert "  sent again after context_overflow: 200 bytes" in lines
+    assert "  tools: get_weather [call-paris], get_time [call-clock]" in lines
+    assert f"  a late answer, {LATE_BY:.3f}s after the turn ended" in lines
+    assert lines[-1] == "last outcome: discarded (cancelled)"
