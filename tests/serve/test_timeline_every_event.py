@@ -193,7 +193,7 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
 
 
 def test_a_busy_rejection_names_the_request_in_flight() -> None:
-    events = [
+    events: list[Event] = [
         SessionStarted("", "m"),
         TurnSubmitted(_r("first"), "q", 0, 0, 10),
         TurnRejected(_r("second"), "busy"),
