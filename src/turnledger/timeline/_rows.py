@@ -209,6 +209,8 @@ class Row:
     detail: str
     stream_started_at: float | None
     ended_at: float | None
+    #: The seq of the event that ended it.
+    ended_seq: int | None
     #: Characters shown as a preview of an answer that was then discarded.
     preview_chars: int
     answer_chars: int
@@ -243,6 +245,7 @@ class Row:
             "submitted_at": self.submitted_at,
             "stream_started_at": self.stream_started_at,
             "ended_at": self.ended_at,
+            "ended_seq": self.ended_seq,
             "end": self.end,
             "reason": self.reason,
             "detail": self.detail,
@@ -390,6 +393,10 @@ _REJECT_WHY: Final = {
 
 def explain(row: Row) -> str:
     """One sentence telling why a turn is (or is not) in history."""
+    return _why(row)
+
+
+def _why(row: Row | _Draft) -> str:
     if row.end == "committed":
         return "In history: a complete answer was accepted."
     if row.end == "in_flight":
@@ -503,6 +510,7 @@ class _Draft:
     detail: str = ""
     stream_started_at: float | None = None
     ended_at: float | None = None
+    ended_seq: int | None = None
     preview_chars: int = 0
     answer_chars: int = 0
     usage: Usage | None = None
@@ -520,11 +528,35 @@ class _Draft:
     steps: list[Step] = attrs.Factory(list)
 
     def freeze(self) -> Row:
-        fields = attrs.asdict(self, recurse=False)
-        for key in ("retries", "tool_rounds", "late", "supersedes", "steps"):
-            fields[key] = tuple(fields[key])
-        draft = Row(**fields, explanation="")
-        return attrs.evolve(draft, explanation=explain(draft))
+        # Field by field: attrs.asdict and evolve cost a third of a summary.
+        return Row(
+            request_id=self.request_id,
+            question=self.question,
+            seq=self.seq,
+            submitted_at=self.submitted_at,
+            end=self.end,
+            reason=self.reason,
+            detail=self.detail,
+            stream_started_at=self.stream_started_at,
+            ended_at=self.ended_at,
+            ended_seq=self.ended_seq,
+            preview_chars=self.preview_chars,
+            answer_chars=self.answer_chars,
+            usage=self.usage,
+            turns_sent=self.turns_sent,
+            turns_dropped=self.turns_dropped,
+            request_bytes=self.request_bytes,
+            estimated_prompt_tokens=self.estimated_prompt_tokens,
+            token_budget=self.token_budget,
+            retries=tuple(self.retries),
+            tool_rounds=tuple(self.tool_rounds),
+            late=tuple(self.late),
+            superseded_by=self.superseded_by,
+            supersedes=tuple(self.supersedes),
+            busy_with=self.busy_with,
+            steps=tuple(self.steps),
+            explanation=_why(self),
+        )
 
 
 def _on_tool_result(draft: _Draft, event: ToolResultRecorded, at: float) -> None:
@@ -599,6 +631,7 @@ def _apply(draft: _Draft, event: Event, env: StoredEvent, budget: int | None) ->
 
 
 _NO_CAPS: Final = Budget()
+_ENDS: Final = (TurnCommitted, TurnDiscarded, TurnRejected)
 
 
 def _budget(state: SessionState, event: Event) -> int | None:
@@ -622,14 +655,23 @@ def timeline(session_id: str, stored: Sequence[StoredEvent]) -> Timeline:
     Raises what decoding and replay raise on a damaged log
     (:class:`~turnledger.DecodeError`, :class:`~turnledger.ReplayError`).
     """
+    return _build(session_id, stored, steps=True)
+
+
+def _build(session_id: str, stored: Sequence[StoredEvent], *, steps: bool) -> Timeline:
+    # Without steps (what a summary needs) no line of text is written and
+    # no budget is projected: the rows only, at about the cost of a replay.
     drafts: dict[str, _Draft] = {}
     session_steps: list[Step] = []
     state: SessionState = initial_state()
     superseded: _Draft | None = None
     for env in stored:
         event = DEFAULT_CODEC.decode(env)
-        before, was_in_flight = phase_name(state), _in_flight(state)
-        budget = _budget(state, event)
+        before = phase_name(state)
+        # (asked only where it is needed: a busy rejection names the request)
+        busy = isinstance(event, TurnRejected) and event.reason == "busy"
+        was_in_flight = _in_flight(state) if busy else None
+        budget = _budget(state, event) if steps else None
         state = evolve(state, event)
         rid = getattr(event, "request_id", None)
         draft = None
@@ -641,14 +683,17 @@ def timeline(session_id: str, stored: Sequence[StoredEvent]) -> Timeline:
             if isinstance(event, TurnSubmitted) and superseded is not None:
                 superseded.superseded_by = rid
                 draft.supersedes.append(superseded.request_id)
-            if isinstance(event, TurnRejected) and event.reason == "busy":
+            if busy:
                 draft.busy_with = was_in_flight
             _apply(draft, event, env, budget)
+            if isinstance(event, _ENDS):
+                draft.ended_seq = env.seq
         superseded = (
             draft if isinstance(event, TurnDiscarded) and event.reason == "superseded" else None
         )
-        step = _step(session_id, env, event, rid, draft, before, phase_name(state), budget)
-        (draft.steps if draft is not None else session_steps).append(step)
+        if steps:
+            step = _step(session_id, env, event, rid, draft, before, phase_name(state), budget)
+            (draft.steps if draft is not None else session_steps).append(step)
     config = state.config
     times = [e.recorded_at for e in stored]
     return Timeline(
@@ -729,7 +774,7 @@ def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str,
     - ``turns_dropped``: how many turns the last request left out;
       ``context_overflows``: requests the server refused as too long.
     """
-    tl = timeline(session_id, stored)
+    tl = _build(session_id, stored, steps=False)
     counts = {"committed": 0, "discarded": 0, "rejected": 0, "ignored": 0}
     tokens = {"prompt_tokens": 0, "completion_tokens": 0, "estimated_prompt_tokens": 0}
     last: tuple[int, str] | None = None
@@ -739,7 +784,7 @@ def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str,
         if row.end != "in_flight":
             counts[row.end] += 1
             outcome = row.end if row.end == "committed" else f"{row.end} ({row.reason})"
-            last = max(last or (-1, ""), (_end_seq(row), outcome))
+            last = max(last or (-1, ""), (row.ended_seq or row.seq, outcome))
         counts["ignored"] += len(row.late)
         for usage in [row.usage, *(x.usage for x in row.late)]:
             if usage is not None:
@@ -773,14 +818,6 @@ def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str,
         "turns_dropped": 0 if sent is None else sent[1],
         "context_overflows": overflows,
     }
-
-
-def _end_seq(row: Row) -> int:
-    # The seq of the event that ended the row (late completions come after).
-    for step in reversed(row.steps):
-        if step.event in ("turn_committed", "turn_discarded", "turn_rejected"):
-            return step.seq
-    return row.steps[-1].seq
 
 
 def _count(value: int | None) -> int:
