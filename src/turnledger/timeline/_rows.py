@@ -578,6 +578,11 @@ def _on_tool_result(draft: _Draft, event: ToolResultRecorded, at: float) -> None
     draft.tool_rounds[-1] = attrs.evolve(last, calls=calls)
 
 
+def _ended(draft: _Draft, end: End, env: StoredEvent, reason: str, detail: str = "") -> None:
+    draft.end, draft.reason, draft.detail = end, reason, detail
+    draft.ended_at, draft.ended_seq = env.recorded_at, env.seq
+
+
 def _apply(draft: _Draft, event: Event, env: StoredEvent, budget: int | None) -> None:
     """What one event of a request changes in its row."""
     at = env.recorded_at
@@ -587,12 +592,7 @@ def _apply(draft: _Draft, event: Event, env: StoredEvent, budget: int | None) ->
         draft.request_bytes = event.request_bytes
         draft.estimated_prompt_tokens, draft.token_budget = event.estimated_prompt_tokens, budget
     elif isinstance(event, TurnRejected):
-        draft.end, draft.ended_at, draft.reason, draft.detail = (
-            "rejected",
-            at,
-            event.reason,
-            event.detail,
-        )
+        _ended(draft, "rejected", env, event.reason, event.detail)
     elif isinstance(event, StreamStarted):
         draft.stream_started_at = at
     elif isinstance(event, TurnRetried):
@@ -605,15 +605,10 @@ def _apply(draft: _Draft, event: Event, env: StoredEvent, budget: int | None) ->
             )
         )  # fmt: skip
     elif isinstance(event, TurnCommitted):
-        draft.end, draft.ended_at, draft.reason = "committed", at, event.finish_reason
+        _ended(draft, "committed", env, event.finish_reason)
         draft.answer_chars, draft.usage = len(event.answer), event.usage
     elif isinstance(event, TurnDiscarded):
-        draft.end, draft.ended_at, draft.reason, draft.detail = (
-            "discarded",
-            at,
-            event.reason,
-            event.detail,
-        )
+        _ended(draft, "discarded", env, event.reason, event.detail)
         draft.preview_chars = event.preview_chars
     elif isinstance(event, CompletionIgnored):
         delay = None if draft.ended_at is None else max(0.0, at - draft.ended_at)
@@ -631,7 +626,6 @@ def _apply(draft: _Draft, event: Event, env: StoredEvent, budget: int | None) ->
 
 
 _NO_CAPS: Final = Budget()
-_ENDS: Final = (TurnCommitted, TurnDiscarded, TurnRejected)
 
 
 def _budget(state: SessionState, event: Event) -> int | None:
@@ -686,8 +680,6 @@ def _build(session_id: str, stored: Sequence[StoredEvent], *, steps: bool) -> Ti
             if busy:
                 draft.busy_with = was_in_flight
             _apply(draft, event, env, budget)
-            if isinstance(event, _ENDS):
-                draft.ended_seq = env.seq
         superseded = (
             draft if isinstance(event, TurnDiscarded) and event.reason == "superseded" else None
         )
