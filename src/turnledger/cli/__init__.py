@@ -1,7 +1,7 @@
 """The ``turnledger`` command line: the parser and :func:`main`.
 
 One module per command family: :mod:`._demo`, :mod:`._chat` and
-:mod:`._read` (``replay``, ``log``, ``sessions``, with :mod:`._timeline`),
+:mod:`._read` (``replay``, ``log``, ``sessions``, over :mod:`turnledger.timeline`),
 :mod:`._browse` (``export``, ``search``), :mod:`._serve` (``serve``, from
 :mod:`turnledger.serve`); :mod:`._terminal` and :mod:`._hints` serve ``chat``
 on a terminal;
