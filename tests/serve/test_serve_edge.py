@@ -485,12 +485,11 @@ def test_protocol_errors_are_answered_as_the_docs_list_them(
     assert b"connection: close" in head.lower() and body == b""
 
 
-def test_a_question_over_the_window_alone_is_refused_at_the_edge_once_the_session_exists(
+def test_a_question_over_the_window_alone_is_refused_at_the_edge(
     provider: LoopbackServer, tmp_path: Path
 ) -> None:
     # No caps: only the model's context window (the fallback 8,192 tokens
-    # here) bounds a question, and a new session's window is known only once
-    # the session exists.
+    # here) bounds a question, for a session that exists and for a new one.
     db = tmp_path / "w.db"
     huge = "word " * 40_000  # about 50,000 tokens by the estimate
     with running(db, provider.openai_base_url) as serve, serve.client() as c:
@@ -500,11 +499,15 @@ def test_a_question_over_the_window_alone_is_refused_at_the_edge_once_the_sessio
         error = _error(r, 413, "over_budget")
         assert "tokens; the budget is" in error["message"]
         assert _counts(db) == before  # measured with the session's window: nothing written
-        # the documented exception: a new session records this refusal
+        # A new session: measured with the window it would get; not created.
         r = c.post("/v1/sessions/fresh/turns", json={"question": huge})
-        _error(r, 413, "over_budget")
-        tags = [e["tag"] for e in c.get("/v1/sessions/fresh/events").json()["events"]]
-        assert tags == ["session_started", "turn_rejected"]
+        error = _error(r, 413, "over_budget")
+        assert "tokens; the budget is" in error["message"]
+        assert _counts(db) == before
+        assert c.get("/v1/sessions/fresh/events").status_code == 404
+        # Within the window, the same new session is created and answers.
+        status, _ = post_turn(c, "fresh", "hello", rid="f1")
+        assert status == 200
 
 
 def test_questions_racing_into_one_session_are_one_turn_and_refusals_that_write_nothing(

@@ -76,6 +76,7 @@ from ..sessions import (
     Hub,
     RejectedResult,
     SessionState,
+    Start,
     TurnHandle,
     TurnResult,
     ending_of,
@@ -467,7 +468,9 @@ class _Service:
             await trio.sleep(pause)
             pause = min(pause * 2, 0.05)
 
-    def _refusal(self, session_id: str, state: SessionState, question: str) -> ApiError | None:
+    def _refusal(
+        self, session_id: str, state: SessionState, question: str, first: Start | None = None
+    ) -> ApiError | None:
         """Why the session would refuse ``question`` now, decided without it
         (so the refusal writes nothing): busy, or over the budget with the
         system prompt alone. ``None``: the session decides.
@@ -475,8 +478,8 @@ class _Service:
         The rules are the session's own (``sessions._machine._submit``): a
         session that exists is measured with its settings and its window
         (``prompt_token_cap``); a new one with the hub's caps
-        (:class:`NewSessionBudget`), its window being known only once it is
-        created.
+        (:class:`NewSessionBudget`) and the window it would get (``first``:
+        :meth:`Hub.new_session_start`).
         """
         config = state.config
         if (
@@ -493,8 +496,12 @@ class _Service:
             return None
         budget = limits.budget
         if config is None:
-            p = plan(limits.model, limits.system, state.turns, 0, question, budget)
             cap = budget.max_prompt_tokens
+            if first is not None and first.context_window is not None:
+                # A new session's calibration is 1:1 (see prompt_token_cap).
+                room = first.context_window - (first.output_reserve or 0)
+                cap = room if cap is None else min(cap, room)
+            p = plan(limits.model, limits.system, state.turns, 0, question, budget, token_cap=cap)
         else:
             cap = prompt_token_cap(state, budget)
             p = plan(
@@ -568,7 +575,10 @@ class _Service:
                 async with self.gates.hold(session_id):
                     state = await self.hub.state(session_id)
                     if rid is None or ending_of(state, rid) is None:
-                        refused = self._refusal(session_id, state, question)
+                        first = None
+                        if state.config is None and self.settings.new_session_budget:
+                            first = await self.hub.new_session_start()
+                        refused = self._refusal(session_id, state, question, first)
                         if refused is not None:
                             raise refused
                     handle = await self.hub.submit(session_id, question, request_id=rid)
