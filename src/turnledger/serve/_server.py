@@ -3,7 +3,8 @@
 ``turnledger serve`` (and ``python -m turnledger.serve``) parse their
 options here. SIGTERM or SIGINT stops accepting connections; turns in
 flight may end within the grace period, then leaving the hub writes the
-rest as ``interrupted``, and the process exits 0.
+rest as ``interrupted``, and the process exits 0, at most about a second
+after the grace period (``_BACKSTOP``) whatever the clients do.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ __all__ = ["ServeOptionsError", "add_serve_arguments", "run_serve"]
 log = structlog.get_logger("turnledger.serve")
 
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+#: Seconds past --grace that Hypercorn waits for connections before it
+#: cancels them: the hub has written every turn's end by --grace (plus the
+#: moment its closing writes take), and streams close their connections.
+_BACKSTOP = 1.0
 
 
 class ServeOptionsError(ValueError):
@@ -72,6 +77,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    "has sent nothing yet (default: %(default)s)")  # fmt: skip
     p.add_argument("--max-connections", type=int, default=2000, metavar="N",
                    help="connections to the model server (default: %(default)s)")  # fmt: skip
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a browser origin (scheme://host[:port]) whose pages may use the API "
+                   "without a token; repeatable (default: only the service's own)")  # fmt: skip
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long a connection may take to send a request's headers, and "
+                   "stay idle between requests (default: %(default)s)")  # fmt: skip
     from ..cli._lifecycle import parse_age  # (the parser of `turnledger prune --older-than`)
 
     p.add_argument("--prune-older-than", type=parse_age, default=None, metavar="AGE",
@@ -93,10 +104,31 @@ def _token(args: argparse.Namespace) -> str | None:
         token = os.environ.get(args.token_env)
         if not token:
             raise ServeOptionsError(f"--token-env: {args.token_env} is not set")
+        if not token.strip():
+            raise ServeOptionsError(f"--token-env: {args.token_env} is blank")
+        if token != token.strip() or not token.isprintable() or " " in token:
+            # An HTTP header cannot carry it as it is: no request would match.
+            raise ServeOptionsError(
+                f"--token-env: {args.token_env} has spaces or control characters"
+            )
         return token
     if args.host not in _LOOPBACK:
         raise ServeOptionsError(f"binding {args.host} requires a token (--token-env NAME)")
     return None
+
+
+def _edge_options(args: argparse.Namespace) -> tuple[frozenset[str], float]:
+    """The options of the HTTP edge, checked: the trusted origins and the
+    header timeout."""
+    from ._app import check_origin
+
+    try:
+        origins = frozenset(check_origin(o) for o in args.allow_origin)
+    except ValueError as exc:
+        raise ServeOptionsError(f"--allow-origin: {exc}") from None
+    if not args.header_timeout > 0:
+        raise ServeOptionsError("--header-timeout must be more than 0 seconds")
+    return origins, args.header_timeout
 
 
 def _provider(args: argparse.Namespace, base_url: str, client: Any) -> Any:
@@ -163,11 +195,12 @@ async def run_serve(
     from hypercorn.config import Config
 
     from ..adapters.stores import open_store
-    from ..sessions import open_hub
-    from ._app import ServeSettings, create_app
+    from ..sessions import Budget, CharTokenEstimator, open_hub
+    from ._app import NewSessionBudget, ServeSettings, create_app
     from ._listen import BatchListener
 
     token = _token(args)
+    origins, header_timeout = _edge_options(args)
     if args.max_starting < 0:
         raise ServeOptionsError("--max-starting must be 0 (no limit) or more")
     if not args.start_hold > 0:
@@ -200,13 +233,28 @@ async def run_serve(
                 nursery.start_soon(on_signal)
                 config = Config()
                 # Streams end once the hub has closed (every turn then has its
-                # outcome), so this is only a backstop.
-                config.graceful_timeout = args.grace + 15
+                # outcome) and then close their connection, and idle
+                # connections close at once: this is only a backstop.
+                config.graceful_timeout = args.grace + _BACKSTOP
                 config.accesslog = None
                 config.errorlog = None
-                config.keep_alive_timeout = 75
+                # Hypercorn's idle timer runs from a connection's start until
+                # a request's headers are complete, and between requests: a
+                # half-sent request holds its connection this long at most.
+                config.keep_alive_timeout = header_timeout
                 settings = ServeSettings(
                     token=token,
+                    allowed_origins=origins,
+                    new_session_budget=NewSessionBudget(
+                        budget=Budget(
+                            args.max_request_bytes,
+                            provider.encoder,
+                            args.max_prompt_tokens,
+                            CharTokenEstimator(),
+                        ),
+                        model=model,
+                        system=args.system,
+                    ),
                     max_body_bytes=args.max_body_bytes,
                     max_starting=args.max_starting,
                     start_hold=args.start_hold,
