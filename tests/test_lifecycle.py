@@ -454,3 +454,24 @@ def test_a_session_started_of_version_3_reads_without_a_subject() -> None:
     assert (tag, version, payload["subject"]) == ("session_started", 4, "u")
     with pytest.raises(Exception, match="subject"):
         DEFAULT_CODEC.from_payload("session_started", 4, {**payload, "subject": 7})
+
+
+async def test_postgres_refuses_to_erase_a_session_another_store_holds(pg_dsn: str) -> None:
+    from turnledger import SessionOwnedElsewhere
+    from turnledger.adapters.stores import PostgresStore
+
+    with trio.fail_after(TIMEOUT):
+        owner = await PostgresStore.open(pg_dsn)
+        other = await PostgresStore.open(pg_dsn)
+        try:
+            async with _hub(owner) as hub:
+                await hub.open_session("held")  # its actor holds the lease
+                before = await other.read("held")
+                with pytest.raises(SessionOwnedElsewhere):
+                    await other.erase("held")
+                assert await other.read("held") == before and await other.erasures() == []
+                await hub.erase("held")  # the owner's own hub may
+            assert await other.read("held") == []
+        finally:
+            await other.aclose()
+            await owner.aclose()
