@@ -179,7 +179,10 @@ class EventStore(Protocol):
         ...
 
     async def erasures(self) -> list[Erasure]:
-        """The erasure records kept, oldest first."""
+        """The erasure records kept, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
         ...
 
     async def acquire(self, session_id: str) -> None:

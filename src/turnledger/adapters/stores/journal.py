@@ -713,7 +713,10 @@ class JournalStore(HeldEvents):
         fsync_dir(path.parent)
 
     async def erasures(self) -> list[Erasure]:
-        """The records of ``<journal>.erasures``, oldest first."""
+        """The records of ``<journal>.erasures``, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
         await trio.lowlevel.checkpoint()
         return _read_erasures(self._path)
 

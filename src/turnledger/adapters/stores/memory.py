@@ -174,7 +174,10 @@ class MemoryStore(HeldEvents):
         return record
 
     async def erasures(self) -> list[Erasure]:
-        """The erasure records, oldest first."""
+        """The erasure records, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
         await trio.lowlevel.checkpoint()
         return list(self._erasures)
 

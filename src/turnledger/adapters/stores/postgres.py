@@ -572,7 +572,10 @@ class PostgresStore(BaseEventStore):
         return record
 
     async def erasures(self) -> list[Erasure]:
-        """The erasure records, oldest first."""
+        """The erasure records, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
         query = self._sql.erasures
 
         def run() -> list[Erasure]:

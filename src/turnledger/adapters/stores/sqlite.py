@@ -761,7 +761,10 @@ class SQLiteStore(BaseEventStore):
         return result
 
     async def erasures(self) -> list[Erasure]:
-        """The erasure records of the file, oldest first."""
+        """The erasure records of the file, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
         return await self._read(
             "cannot list erasures",
             "SELECT session_sha256, erased_at, events, kept FROM erasures ORDER BY id",
