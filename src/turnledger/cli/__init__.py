@@ -2,7 +2,8 @@
 
 One module per command family: :mod:`._demo`, :mod:`._chat` and
 :mod:`._read` (``replay``, ``log``, ``sessions``, over :mod:`turnledger.timeline`),
-:mod:`._browse` (``export``, ``search``), :mod:`._serve` (``serve``, from
+:mod:`._browse` (``export``, ``search``), :mod:`._lifecycle` (``erase``,
+``prune``), :mod:`._serve` (``serve``, from
 :mod:`turnledger.serve`); :mod:`._terminal` and :mod:`._hints` serve ``chat``
 on a terminal;
 :mod:`._stores` opens the store a command names, :mod:`._errors` holds the
@@ -50,6 +51,7 @@ from ._errors import (
     scrub,
     secrets_of,
 )
+from ._lifecycle import add_lifecycle_parsers
 from ._logs import CommandLog
 from ._read import add_read_parsers
 from ._serve import add_serve_parser
@@ -109,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     add_read_parsers(sub, common)
     add_browse_parsers(sub, common)
     add_serve_parser(sub, common)
+    add_lifecycle_parsers(sub, common)
     return p
 
 

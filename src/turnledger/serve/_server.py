@@ -83,6 +83,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="how long a connection may take to send a request's headers, and "
                    "stay idle between requests (default: %(default)s)")  # fmt: skip
+    from ..cli._lifecycle import parse_age  # (the parser of `turnledger prune --older-than`)
+
+    p.add_argument("--prune-older-than", type=parse_age, default=None, metavar="AGE",
+                   help="retention: erase sessions idle for longer than AGE (30d, 12h, ...), "
+                   "checked every --prune-every")  # fmt: skip
+    p.add_argument("--prune-max-turns", type=int, default=None, metavar="N",
+                   help="retention: keep each session's newest N committed turns")  # fmt: skip
+    p.add_argument("--prune-every", type=float, default=3600.0, metavar="SECONDS",
+                   help="how often the retention runs, the first time at start "
+                   "(default: %(default)s)")  # fmt: skip
     p.add_argument("--keep-results-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
                    help="memory for finished turns' results kept for reconnects, oldest "
                    "dropped first; a reconnect to a dropped one reads the store "
@@ -199,6 +209,7 @@ async def run_serve(
         raise ServeOptionsError("--keep-results-bytes must be 0 (keep none) or more")
     if not args.base_url and endpoint is None:
         raise ServeOptionsError("--base-url is required")
+    retention = _retention(args)
     model = args.model or ("loopback" if not args.base_url else None)
     if model is None:
         raise ServeOptionsError("--model is required with --base-url")
@@ -259,8 +270,12 @@ async def run_serve(
                     max_prompt_tokens=args.max_prompt_tokens,
                     turn_deadline=args.timeout,
                     idle_timeout=args.idle_timeout,
+                    retention=retention,
                 ) as hub:
                     app = create_app(hub, store, settings, nursery=nursery, stopping=stop)
+                    pruning = trio.CancelScope()
+                    if retention is not None:
+                        nursery.start_soon(_prune_every, hub, args.prune_every, pruning)
                     # The server runs in the outer nursery: it outlives the hub,
                     # so streams still deliver the outcomes the hub's closing
                     # writes (``interrupted``) before the connections end.
@@ -272,6 +287,7 @@ async def run_serve(
                     shown = f"[{host}]" if ":" in host else host
                     print(f"turnledger serve: listening on http://{shown}:{port}", flush=True)
                     await stop.wait()
+                    pruning.cancel()
                     # Stopped accepting; turns in flight may end within the grace.
                     with trio.move_on_after(args.grace):
                         while hub.statistics().in_flight:
@@ -284,6 +300,31 @@ async def run_serve(
             await store.aclose()
             sock.close()  # closed already if the listener ran; closing again is harmless
     return 0
+
+
+def _retention(args: argparse.Namespace) -> Any:
+    from ..sessions import RetentionPolicy
+
+    older, turns = getattr(args, "prune_older_than", None), getattr(args, "prune_max_turns", None)
+    if older is None and turns is None:
+        return None
+    if turns is not None and turns < 1:
+        raise ServeOptionsError("--prune-max-turns must be 1 or more")
+    if not args.prune_every > 0:
+        raise ServeOptionsError("--prune-every must be more than 0 seconds")
+    return RetentionPolicy(older, turns)
+
+
+async def _prune_every(hub: Any, seconds: float, scope: trio.CancelScope) -> None:
+    """The retention, at start and every ``seconds`` (each step is logged
+    by the hub); a failed round is logged and the next one tries again."""
+    with scope:
+        while True:
+            try:
+                await hub.prune()
+            except Exception as exc:
+                log.error("retention_failed", error=type(exc).__name__)
+            await trio.sleep(seconds)
 
 
 async def _serve(app: Any, config: Any, listener: Any, stop: trio.Event, done: trio.Event) -> None:
