@@ -13,19 +13,20 @@ import pytest
 PUBLIC: dict[str, str] = {
     "turnledger": (
         "CodecError ConcurrencyConflict DecodeError InvalidCommand LeaseLost LimitExceeded "
-        "ProviderError ReplayError SessionClosed SessionOwnedElsewhere StoreCorrupted "
-        "StoreError StoreFull StoreUnavailable StreamProtocolError TurnLedgerError "
-        "UnknownEventTag WrongEventLoop __version__"
+        "ProviderError ReplayError SessionClosed SessionOwnedElsewhere StoreCapReached "
+        "StoreCorrupted StoreError StoreFull StoreUnavailable StreamProtocolError TurnLedgerError "
+        "UnknownEventTag UnknownSession WrongEventLoop __version__"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
-        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Event EventCodec "
+        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Erasure Event EventCodec "
         "EventDecoder EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason "
         "RequestId SessionId SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
         "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
-        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource"
+        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource "
+        "session_hash"
     ),
     "turnledger.sessions": (
         "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AwaitingTools Budget Cancel "
@@ -33,14 +34,20 @@ PUBLIC: dict[str, str] = {
         "Completion DescribesModels Discarded DiscardedResult Ending Endings Failed "
         "Failure History Hub HubStatistics Idle InFlight Interrupt JsonChatEncoder "
         "Message ModelInfo Pending Plan Provider RejectedResult RequestEncoder "
-        "ResponseStarted Role SessionState Start StreamSink Streaming Submit "
+        "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink "
+        "Streaming Submit "
         "Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
         "ToolResult ToolRound Turn TurnHandle TurnResult build_messages decide "
-        "ending_of evolve initial_state is_in_flight open_hub plan prompt_token_cap "
-        "replay replay_sessions request_messages"
+        "ending_of erase_sessions evolve initial_state is_in_flight open_hub plan plan_retention "
+        "prompt_token_cap prune_store replay replay_sessions request_messages "
+        "sessions_of_subject subject_of"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",
+    "turnledger.timeline": (
+        "End LateCompletion RetryEntry Row Step Timeline ToolCallEntry ToolRoundEntry explain "
+        "iso_time phase_name session_summary timeline"
+    ),
     "turnledger.adapters.providers": (
         "PROVIDER_KINDS AnthropicChat AnthropicEncoder AnthropicEventValidator "
         "AnthropicStreamDecoder NDJSONDecoder OllamaChat OllamaLineValidator "

@@ -16,6 +16,7 @@ from ._errors import (
     ReplayError,
     SessionClosed,
     SessionOwnedElsewhere,
+    StoreCapReached,
     StoreCorrupted,
     StoreError,
     StoreFull,
@@ -23,6 +24,7 @@ from ._errors import (
     StreamProtocolError,
     TurnLedgerError,
     UnknownEventTag,
+    UnknownSession,
     WrongEventLoop,
 )
 
@@ -39,6 +41,7 @@ __all__ = [
     "ReplayError",
     "SessionClosed",
     "SessionOwnedElsewhere",
+    "StoreCapReached",
     "StoreCorrupted",
     "StoreError",
     "StoreFull",
@@ -46,6 +49,7 @@ __all__ = [
     "StreamProtocolError",
     "TurnLedgerError",
     "UnknownEventTag",
+    "UnknownSession",
     "WrongEventLoop",
     "__version__",
 ]

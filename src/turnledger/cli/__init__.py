@@ -1,13 +1,15 @@
 """The ``turnledger`` command line: the parser and :func:`main`.
 
 One module per command family: :mod:`._demo`, :mod:`._chat` and
-:mod:`._read` (``replay``, ``log``, ``sessions``, with :mod:`._timeline`),
-:mod:`._browse` (``export``, ``search``), :mod:`._serve` (``serve``, from
+:mod:`._read` (``replay``, ``log``, ``sessions``, over :mod:`turnledger.timeline`),
+:mod:`._browse` (``export``, ``search``), :mod:`._lifecycle` (``erase``,
+``prune``), :mod:`._serve` (``serve``, from
 :mod:`turnledger.serve`); :mod:`._terminal` and :mod:`._hints` serve ``chat``
 on a terminal;
 :mod:`._stores` opens the store a command names, :mod:`._errors` holds the
 exit codes and keeps passwords out of messages, :mod:`._display` keeps
-terminal controls out of what is printed, :mod:`._args` checks arguments.
+terminal controls out of what is printed, :mod:`._logs` says where and when
+log lines are shown, :mod:`._args` checks arguments.
 The command line uses only public names of the library.
 
 Exit codes (stable, for scripts):
@@ -37,7 +39,7 @@ from .. import CodecError, ReplayError, StoreError, TurnLedgerError, __version__
 from ._browse import add_browse_parsers
 from ._chat import add_chat_parser
 from ._demo import add_demo_parser
-from ._display import LogStream, visible
+from ._display import visible
 from ._errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -49,6 +51,8 @@ from ._errors import (
     scrub,
     secrets_of,
 )
+from ._lifecycle import add_lifecycle_parsers
+from ._logs import CommandLog
 from ._read import add_read_parsers
 from ._serve import add_serve_parser
 
@@ -107,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     add_read_parsers(sub, common)
     add_browse_parsers(sub, common)
     add_serve_parser(sub, common)
+    add_lifecycle_parsers(sub, common)
     return p
 
 
@@ -151,15 +156,20 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     args = _parser().parse_args(argv)
-    from ..adapters.logging import configure_logging
-
-    configure_logging(
+    # demo and chat tell a story on a terminal: their log lines wait until
+    # it is told (._logs); chat's window line tells the window's facts.
+    args.command_log = CommandLog(
+        sys.stderr,
         json=True if args.log_json else None,
         verbosity=args.verbose,
-        stream=LogStream(sys.stderr),  # type: ignore[arg-type]
+        hold=getattr(args, "hold_logs", False),
+        told=getattr(args, "told", ()),
     )
+    args.command_log.configure()
     try:
         code = trio.run(args.run, args)
     except BaseException as raised:
+        args.command_log.release(args.command)
         code = _exit_code(raised, secrets_of(getattr(args, "db", None)))
+    args.command_log.release(args.command)
     sys.exit(code)

@@ -481,4 +481,5 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     d.add_argument("--provider", choices=list(PROVIDER_KINDS), default="openai",
                    help="the wire protocol the scenes speak (default: %(default)s); "
                    "the last scene runs one turn through each")  # fmt: skip
-    d.set_defaults(run=_run_demo)
+    # On a terminal the story is told first and the log lines after it.
+    d.set_defaults(run=_run_demo, hold_logs=True)

@@ -51,6 +51,7 @@ def add_serve_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog="examples:\n  turnledger serve --db chat.db                  then open "
         "http://127.0.0.1:8421/\n"
         "  turnledger serve --db chat.db --base-url http://127.0.0.1:8080/v1 --model llama3\n"
+        "  turnledger serve --db chat.db --allow-origin http://localhost:3000   a local web app\n"
         "  TL_TOKEN=... turnledger serve --db chat.db --host 0.0.0.0 --token-env TL_TOKEN",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

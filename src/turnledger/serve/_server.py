@@ -3,7 +3,8 @@
 ``turnledger serve`` (and ``python -m turnledger.serve``) parse their
 options here. SIGTERM or SIGINT stops accepting connections; turns in
 flight may end within the grace period, then leaving the hub writes the
-rest as ``interrupted``, and the process exits 0.
+rest as ``interrupted``, and the process exits 0, at most about a second
+after the grace period (``_BACKSTOP``) whatever the clients do.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ __all__ = ["ServeOptionsError", "add_serve_arguments", "run_serve"]
 log = structlog.get_logger("turnledger.serve")
 
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+#: Seconds past --grace that Hypercorn waits for connections before it
+#: cancels them: the hub has written every turn's end by --grace (plus the
+#: moment its closing writes take), and streams close their connections.
+_BACKSTOP = 1.0
 
 
 class ServeOptionsError(ValueError):
@@ -72,6 +77,22 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    "has sent nothing yet (default: %(default)s)")  # fmt: skip
     p.add_argument("--max-connections", type=int, default=2000, metavar="N",
                    help="connections to the model server (default: %(default)s)")  # fmt: skip
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a browser origin (scheme://host[:port]) whose pages may use the API "
+                   "without a token; repeatable (default: only the service's own)")  # fmt: skip
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long a connection may take to send a request's headers, and "
+                   "stay idle between requests (default: %(default)s)")  # fmt: skip
+    from ..cli._lifecycle import parse_age  # (the parser of `turnledger prune --older-than`)
+
+    p.add_argument("--prune-older-than", type=parse_age, default=None, metavar="AGE",
+                   help="retention: erase sessions idle for longer than AGE (30d, 12h, ...), "
+                   "checked every --prune-every")  # fmt: skip
+    p.add_argument("--prune-max-turns", type=int, default=None, metavar="N",
+                   help="retention: keep each session's newest N committed turns")  # fmt: skip
+    p.add_argument("--prune-every", type=float, default=3600.0, metavar="SECONDS",
+                   help="how often the retention runs, the first time at start "
+                   "(default: %(default)s)")  # fmt: skip
     p.add_argument("--keep-results-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
                    help="memory for finished turns' results kept for reconnects, oldest "
                    "dropped first; a reconnect to a dropped one reads the store "
@@ -83,10 +104,31 @@ def _token(args: argparse.Namespace) -> str | None:
         token = os.environ.get(args.token_env)
         if not token:
             raise ServeOptionsError(f"--token-env: {args.token_env} is not set")
+        if not token.strip():
+            raise ServeOptionsError(f"--token-env: {args.token_env} is blank")
+        if token != token.strip() or not token.isprintable() or " " in token:
+            # An HTTP header cannot carry it as it is: no request would match.
+            raise ServeOptionsError(
+                f"--token-env: {args.token_env} has spaces or control characters"
+            )
         return token
     if args.host not in _LOOPBACK:
         raise ServeOptionsError(f"binding {args.host} requires a token (--token-env NAME)")
     return None
+
+
+def _edge_options(args: argparse.Namespace) -> tuple[frozenset[str], float]:
+    """The options of the HTTP edge, checked: the trusted origins and the
+    header timeout."""
+    from ._app import check_origin
+
+    try:
+        origins = frozenset(check_origin(o) for o in args.allow_origin)
+    except ValueError as exc:
+        raise ServeOptionsError(f"--allow-origin: {exc}") from None
+    if not args.header_timeout > 0:
+        raise ServeOptionsError("--header-timeout must be more than 0 seconds")
+    return origins, args.header_timeout
 
 
 def _provider(args: argparse.Namespace, base_url: str, client: Any) -> Any:
@@ -153,11 +195,12 @@ async def run_serve(
     from hypercorn.config import Config
 
     from ..adapters.stores import open_store
-    from ..sessions import open_hub
-    from ._app import ServeSettings, create_app
+    from ..sessions import Budget, CharTokenEstimator, open_hub
+    from ._app import NewSessionBudget, ServeSettings, create_app
     from ._listen import BatchListener
 
     token = _token(args)
+    origins, header_timeout = _edge_options(args)
     if args.max_starting < 0:
         raise ServeOptionsError("--max-starting must be 0 (no limit) or more")
     if not args.start_hold > 0:
@@ -166,6 +209,7 @@ async def run_serve(
         raise ServeOptionsError("--keep-results-bytes must be 0 (keep none) or more")
     if not args.base_url and endpoint is None:
         raise ServeOptionsError("--base-url is required")
+    retention = _retention(args)
     model = args.model or ("loopback" if not args.base_url else None)
     if model is None:
         raise ServeOptionsError("--model is required with --base-url")
@@ -189,13 +233,28 @@ async def run_serve(
                 nursery.start_soon(on_signal)
                 config = Config()
                 # Streams end once the hub has closed (every turn then has its
-                # outcome), so this is only a backstop.
-                config.graceful_timeout = args.grace + 15
+                # outcome) and then close their connection, and idle
+                # connections close at once: this is only a backstop.
+                config.graceful_timeout = args.grace + _BACKSTOP
                 config.accesslog = None
                 config.errorlog = None
-                config.keep_alive_timeout = 75
+                # Hypercorn's idle timer runs from a connection's start until
+                # a request's headers are complete, and between requests: a
+                # half-sent request holds its connection this long at most.
+                config.keep_alive_timeout = header_timeout
                 settings = ServeSettings(
                     token=token,
+                    allowed_origins=origins,
+                    new_session_budget=NewSessionBudget(
+                        budget=Budget(
+                            args.max_request_bytes,
+                            provider.encoder,
+                            args.max_prompt_tokens,
+                            CharTokenEstimator(),
+                        ),
+                        model=model,
+                        system=args.system,
+                    ),
                     max_body_bytes=args.max_body_bytes,
                     max_starting=args.max_starting,
                     start_hold=args.start_hold,
@@ -211,8 +270,12 @@ async def run_serve(
                     max_prompt_tokens=args.max_prompt_tokens,
                     turn_deadline=args.timeout,
                     idle_timeout=args.idle_timeout,
+                    retention=retention,
                 ) as hub:
                     app = create_app(hub, store, settings, nursery=nursery, stopping=stop)
+                    pruning = trio.CancelScope()
+                    if retention is not None:
+                        nursery.start_soon(_prune_every, hub, args.prune_every, pruning)
                     # The server runs in the outer nursery: it outlives the hub,
                     # so streams still deliver the outcomes the hub's closing
                     # writes (``interrupted``) before the connections end.
@@ -224,6 +287,7 @@ async def run_serve(
                     shown = f"[{host}]" if ":" in host else host
                     print(f"turnledger serve: listening on http://{shown}:{port}", flush=True)
                     await stop.wait()
+                    pruning.cancel()
                     # Stopped accepting; turns in flight may end within the grace.
                     with trio.move_on_after(args.grace):
                         while hub.statistics().in_flight:
@@ -236,6 +300,31 @@ async def run_serve(
             await store.aclose()
             sock.close()  # closed already if the listener ran; closing again is harmless
     return 0
+
+
+def _retention(args: argparse.Namespace) -> Any:
+    from ..sessions import RetentionPolicy
+
+    older, turns = getattr(args, "prune_older_than", None), getattr(args, "prune_max_turns", None)
+    if older is None and turns is None:
+        return None
+    if turns is not None and turns < 1:
+        raise ServeOptionsError("--prune-max-turns must be 1 or more")
+    if not args.prune_every > 0:
+        raise ServeOptionsError("--prune-every must be more than 0 seconds")
+    return RetentionPolicy(older, turns)
+
+
+async def _prune_every(hub: Any, seconds: float, scope: trio.CancelScope) -> None:
+    """The retention, at start and every ``seconds`` (each step is logged
+    by the hub); a failed round is logged and the next one tries again."""
+    with scope:
+        while True:
+            try:
+                await hub.prune()
+            except Exception as exc:
+                log.error("retention_failed", error=type(exc).__name__)
+            await trio.sleep(seconds)
 
 
 async def _serve(app: Any, config: Any, listener: Any, stop: trio.Event, done: trio.Event) -> None:
