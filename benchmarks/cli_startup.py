@@ -47,7 +47,7 @@ def measure(pythons: dict[str, str], runs: int) -> dict[tuple[str, str], float]:
     times: dict[tuple[str, str], list[float]] = {
         (who, row): [] for who in pythons for row, _ in ROWS
     }
-    for who, python in pythons.items():  # warm the file cache before measuring
+    for python in pythons.values():  # warm the file cache before measuring
         for _, args in ROWS:
             _once(python, args)
     for _ in range(runs):
