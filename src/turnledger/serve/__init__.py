@@ -1,7 +1,11 @@
 """``turnledger serve``: the HTTP service and the browser timeline.
 
 - :func:`create_app`: the ASGI application over a running hub and its store
-  (Starlette; served by Hypercorn's trio worker in ``turnledger serve``).
+  (Starlette; served by Hypercorn's trio worker in ``turnledger serve``),
+  with its :class:`ServeSettings`.
+- :func:`run_serve`: the whole service (store, provider, hub, server,
+  signals) from one typed :class:`ServeOptions`, which ``turnledger serve``
+  builds from its options.
 - :func:`timeline_model` / :func:`render_page`: one session's timeline as
   data, and the self-contained HTML page that draws it (the page at ``/``,
   and the static file of ``turnledger log DB --session S --html FILE``).
@@ -20,9 +24,10 @@ from ._timeline import explain, render_page, session_page, session_summary, time
 
 if _TYPE_CHECKING:
     from ._app import ServeSettings, create_app
-    from ._server import ServeOptionsError, add_serve_arguments, run_serve
+    from ._server import ServeOptions, ServeOptionsError, add_serve_arguments, run_serve
 
 __all__ = [
+    "ServeOptions",
     "ServeOptionsError",
     "ServeSettings",
     "add_serve_arguments",
@@ -40,6 +45,7 @@ __all__ = [
 _LAZY = {
     "ServeSettings": "_app",
     "create_app": "_app",
+    "ServeOptions": "_server",
     "ServeOptionsError": "_server",
     "add_serve_arguments": "_server",
     "run_serve": "_server",
