@@ -17,7 +17,7 @@ PUBLIC: dict[str, str] = {
         "OllamaChat OpenAIChat OpenAIResponses PostgresStore ProviderError ProviderSettings "
         "ProviderSettingsError RejectedResult ReplayError RetryPolicy SQLiteStore SessionClosed "
         "SessionOwnedElsewhere StoreCorrupted StoreError StoreFull StoreUnavailable StreamLimits "
-        "StreamProtocolError Tool ToolError Turn TurnLedgerError TurnResult UnknownEventTag "
+        "StreamProtocolError Tool ToolError ToolInvocation Turn TurnLedgerError TurnResult UnknownEventTag "
         "Window WrongEventLoop __version__ open_hub open_provider open_store"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",

@@ -22,6 +22,8 @@ def example(ending: str) -> str:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     [code] = [b for b in blocks if b.rstrip().endswith(ending)]
     assert URL in code
+    # The front door: the everyday names come from turnledger itself.
+    assert re.findall(r"^(?:from|import) turnledger\S*", code, re.M) == ["from turnledger"]
     return code
 
 

@@ -15,7 +15,8 @@ The everyday names are here, so a program imports from ``turnledger`` alone::
   (:class:`OpenAIChat`, :class:`OllamaChat`, :class:`AnthropicChat`,
   :class:`OpenAIResponses`), with :class:`ProviderSettings`,
   :class:`RetryPolicy` and :class:`StreamLimits`;
-- :class:`Tool` (and :class:`ToolError`, which a tool raises), the history
+- :class:`Tool` (a tool gets a :class:`ToolInvocation` and raises
+  :class:`ToolError` for an error the model should see), the history
   policies :class:`Ledger` and :class:`Window`, and what a turn gives back:
   :class:`TurnResult`, one of :class:`CommittedResult`,
   :class:`DiscardedResult` or :class:`RejectedResult`, with its :class:`Turn`;
@@ -72,6 +73,7 @@ if _TYPE_CHECKING:
         RejectedResult,
         Tool,
         ToolError,
+        ToolInvocation,
         Turn,
         TurnResult,
         open_hub,
@@ -113,6 +115,7 @@ __all__ = [
     "StreamProtocolError",
     "Tool",
     "ToolError",
+    "ToolInvocation",
     "Turn",
     "TurnLedgerError",
     "TurnResult",
@@ -139,8 +142,8 @@ _LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(("Ledger", "Window"), "turnledger.events"),
     **dict.fromkeys(
-        ("CommittedResult", "DiscardedResult", "RejectedResult", "Tool", "ToolError", "Turn",
-         "TurnResult", "open_hub"),
+        ("CommittedResult", "DiscardedResult", "RejectedResult", "Tool", "ToolError",
+         "ToolInvocation", "Turn", "TurnResult", "open_hub"),
         "turnledger.sessions",
     ),
 }  # fmt: skip
