@@ -17,8 +17,8 @@ PUBLIC: dict[str, str] = {
         "OllamaChat OpenAIChat OpenAIResponses PostgresStore ProviderError ProviderSettings "
         "ProviderSettingsError RejectedResult ReplayError RetryPolicy SQLiteStore SessionClosed "
         "SessionOwnedElsewhere StoreCorrupted StoreError StoreFull StoreUnavailable StreamLimits "
-        "StreamProtocolError Tool ToolError ToolInvocation Turn TurnLedgerError TurnResult UnknownEventTag "
-        "Window WrongEventLoop __version__ open_hub open_provider open_store"
+        "StreamProtocolError Tool ToolError ToolInvocation Turn TurnLedgerError TurnResult "
+        "UnknownEventTag Window WrongEventLoop __version__ open_hub open_provider open_store"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",

@@ -16,7 +16,7 @@ from turnledger.serve import ServeOptions, ServeOptionsError, ServeSettings, run
     [
         ({"host": "0.0.0.0"}, "binding 0.0.0.0 requires a token"),
         ({"provider": ProviderSettings(base_url="http://127.0.0.1:9/v1")},
-         "--model is required with --base-url"),
+         r"--model is required with an endpoint \(from --base-url\)"),
         ({"context_window": 100, "output_reserve": 100},
          "--output-reserve must be below --context-window"),
         ({"app": ServeSettings(max_starting=-1)}, "--max-starting must be 0"),
@@ -36,6 +36,18 @@ async def test_options_that_cannot_work_open_nothing(
     with pytest.raises(ServeOptionsError, match=message):
         await run_serve(options)
     assert not db.exists()
+
+
+async def test_the_providers_variable_is_an_endpoint_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OLLAMA_HOST", "127.0.0.1:9")
+    options = ServeOptions(db=str(tmp_path / "x.db"), provider=ProviderSettings(kind="ollama"))
+    with pytest.raises(ServeOptionsError, match=r"an endpoint \(from OLLAMA_HOST\)"):
+        await run_serve(options)
+    monkeypatch.setenv("OLLAMA_HOST", "ftp://127.0.0.1:9")
+    with pytest.raises(ServeOptionsError, match="OLLAMA_HOST: not an http"):
+        await run_serve(options)
 
 
 async def test_without_a_base_url_an_endpoint_is_required(

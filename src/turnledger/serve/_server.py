@@ -147,10 +147,12 @@ def _check(options: ServeOptions, endpoint: object) -> str:
         raise ServeOptionsError(str(exc)) from None
     if configured is None and endpoint is None:
         raise ServeOptionsError("--base-url is required")
-    model = options.model or ("loopback" if configured is None else None)
-    if model is None:
-        raise ServeOptionsError("--model is required with --base-url")
-    return model
+    if options.model:
+        return options.model
+    if configured is not None:
+        source = "--base-url" if configured.source == "base_url" else configured.source
+        raise ServeOptionsError(f"--model is required with an endpoint (from {source})")
+    return "loopback"
 
 
 def _provider(options: ServeOptions, base_url: str, client: Any, *, loopback: bool) -> Any:
