@@ -19,7 +19,7 @@ URL = "http://127.0.0.1:8080/v1"
 
 
 def example(ending: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     [code] = [b for b in blocks if b.rstrip().endswith(ending)]
     assert URL in code
     # The front door: the everyday names come from turnledger itself.
