@@ -44,6 +44,10 @@ PUBLIC: dict[str, str] = {
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",
+    "turnledger.timeline": (
+        "End LateCompletion RetryEntry Row Step Timeline ToolCallEntry ToolRoundEntry explain "
+        "iso_time phase_name session_summary timeline"
+    ),
     "turnledger.adapters.providers": (
         "PROVIDER_KINDS AnthropicChat AnthropicEncoder AnthropicEventValidator "
         "AnthropicStreamDecoder Endpoint NDJSONDecoder OllamaChat OllamaLineValidator "

@@ -1,9 +1,11 @@
 """Full disks for real: SQLite and the journal on a small tmpfs that the test
 fills mid-turn and then frees; PostgreSQL through a trigger that makes the
 server refuse writes with its own ``disk_full`` error (SQLSTATE 53100), on
-INSERT or at COMMIT.
+INSERT or at COMMIT, and through a trigger that ends the writer's own
+connection in the middle of its transaction.
 
-Each time: the turn that cannot be stored ends as ``store_error`` with the
+Each time: the turn that cannot be stored (a lost connection is named as
+``StoreUnavailable``, a full disk as ``StoreFull``) ends as ``store_error`` with the
 system's error named, a question that cannot be stored is rejected and its
 request id stays free, the hub and the actor go on, nothing acknowledged is
 lost, no file is left damaged, and once space returns the session works
@@ -80,6 +82,23 @@ BEGIN
     RETURN NEW;
 END $$;
 """
+# A connection lost mid-transaction: the server ends the writer's own backend
+# from inside its INSERT (as an administrator's pg_terminate_backend, a
+# failover or a network cut would), so the transaction never commits.
+_CUT_SERVER = """
+CREATE TABLE disk (is_full boolean NOT NULL);
+INSERT INTO disk VALUES (false);
+CREATE FUNCTION cut_when_full() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT is_full FROM disk) THEN
+        PERFORM pg_terminate_backend(pg_backend_pid());
+        PERFORM pg_sleep(5);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER refuse BEFORE INSERT ON turnledger_events
+    FOR EACH ROW EXECUTE FUNCTION cut_when_full();
+"""
 _ON = {
     "insert": "CREATE TRIGGER refuse BEFORE INSERT ON turnledger_events"
     " FOR EACH ROW EXECUTE FUNCTION refuse_when_full()",
@@ -88,20 +107,27 @@ _ON = {
 }
 
 
-@pytest.fixture(params=["sqlite", "journal", "postgres-insert", "postgres-commit"])
+@pytest.fixture(
+    params=["sqlite", "journal", "postgres-insert", "postgres-commit", "postgres-connection-lost"]
+)
 async def full(request: pytest.FixtureRequest) -> AsyncIterator[Full]:
     kind: str = request.param
     if kind.startswith("postgres"):
         dsn: str = request.getfixturevalue("pg_dsn")
         await (await open_store(dsn)).aclose()  # creates the table
-        _sql(dsn, _FULL_SERVER, _ON[kind.split("-")[1]])
+        if kind == "postgres-connection-lost":
+            _sql(dsn, _CUT_SERVER)
+            detail = r"StoreUnavailable: .*server closed the connection unexpectedly.*"
+        else:
+            _sql(dsn, _FULL_SERVER, _ON[kind.split("-")[1]])
+            detail = re.escape(
+                'StoreFull: could not extend file "base/16384/16390": No space left on device'
+            )
         yield Full(
             open=lambda: open_store(dsn),
             fill=lambda: _sql(dsn, "UPDATE disk SET is_full = true"),
             free=lambda: _sql(dsn, "UPDATE disk SET is_full = false"),
-            detail=re.escape(
-                'StoreFull: could not extend file "base/16384/16390": No space left on device'
-            ),
+            detail=detail,
         )
         return
     disk: Disk = request.getfixturevalue("tmpfs")

@@ -1,13 +1,14 @@
 """The ``turnledger`` command line: the parser and :func:`main`.
 
 One module per command family: :mod:`._demo`, :mod:`._chat` and
-:mod:`._read` (``replay``, ``log``, ``sessions``, with :mod:`._timeline`),
+:mod:`._read` (``replay``, ``log``, ``sessions``, over :mod:`turnledger.timeline`),
 :mod:`._browse` (``export``, ``search``), :mod:`._serve` (``serve``, from
 :mod:`turnledger.serve`); :mod:`._terminal` and :mod:`._hints` serve ``chat``
 on a terminal;
 :mod:`._stores` opens the store a command names, :mod:`._errors` holds the
 exit codes and keeps passwords out of messages, :mod:`._display` keeps
-terminal controls out of what is printed, :mod:`._args` checks arguments.
+terminal controls out of what is printed, :mod:`._logs` says where and when
+log lines are shown, :mod:`._args` checks arguments.
 The command line uses only public names of the library.
 
 Exit codes (stable, for scripts):
@@ -190,16 +191,22 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     # Imported only now: ``turnledger --help`` has ended above without them.
     import trio
 
-    from ..adapters.logging import configure_logging
-    from ._display import LogStream
+    from ._logs import CommandLog
 
-    configure_logging(
+    # demo and chat tell a story on a terminal: their log lines wait until
+    # it is told (._logs); chat's window line tells the window's facts.
+    args.command_log = CommandLog(
+        sys.stderr,
         json=True if args.log_json else None,
         verbosity=args.verbose,
-        stream=LogStream(sys.stderr),  # type: ignore[arg-type]
+        hold=getattr(args, "hold_logs", False),
+        told=getattr(args, "told", ()),
     )
+    args.command_log.configure()
     try:
         code = trio.run(args.run, args)
     except BaseException as raised:
+        args.command_log.release(args.command)
         code = _exit_code(raised, secrets_of(getattr(args, "db", None)))
+    args.command_log.release(args.command)
     sys.exit(code)

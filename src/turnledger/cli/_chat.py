@@ -85,7 +85,9 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="system prompt, e.g. 'Be brief.' (fixed when a session starts)"
                    )  # fmt: skip
     add_provider_arguments(c)
-    c.set_defaults(run=_run_chat)
+    # On a terminal the log lines wait until the chat ends, and the window
+    # line tells the context window (so its log lines are not shown there).
+    c.set_defaults(run=_run_chat, hold_logs=True, told=_WINDOW_EVENTS)
 
 
 @attrs.frozen
@@ -315,10 +317,15 @@ async def _run_chat(args: argparse.Namespace) -> int:
                     turn_deadline=args.timeout,
                 ) as hub:
                     state = await hub.open_session(session_id)
-                    window_line = _window_line(state, args.max_prompt_tokens)
+                    fallback = args.command_log.noted("context_window_fallback")
+                    window_line = _window_line(
+                        state,
+                        args.max_prompt_tokens,
+                        None if fallback is None else str(fallback.get("detail", "")),
+                    )
                     if chat.interactive:
                         chat.say(f"  window    {window_line}")
-                    elif not args.log_json and sys.stderr.isatty():
+                    elif not args.command_log.json:
                         # (JSON logs carry it as their context_window line.)
                         print(f"[{window_line}]", file=sys.stderr, flush=True)
                     with chat.scope:
@@ -343,16 +350,27 @@ Up/Down recall earlier input. Ctrl-C during an answer cancels it: nothing is sav
 A question that starts with / is written //..."""
 
 
-def _window_line(state: SessionState, max_prompt_tokens: int | None) -> str:
-    """The window and reserve that apply, where they came from, and the budget."""
+#: The log events the window line tells in its own words (._logs).
+_WINDOW_EVENTS = ("context_window", "context_window_fallback")
+
+
+def _window_line(
+    state: SessionState, max_prompt_tokens: int | None, why_fallback: str | None = None
+) -> str:
+    """The window and reserve that apply, where they came from, and the
+    budget; ``why_fallback``: why the server could not tell the window (the
+    ``context_window_fallback`` warning's detail), said after ``fallback``."""
     config = state.config
     assert config is not None
     cap = prompt_token_cap(state, Budget(max_prompt_tokens=max_prompt_tokens))
+    source: str = config.window_source
+    if source == "fallback" and why_fallback:
+        source = f"fallback: {visible(why_fallback)}"
     if config.context_window is None:
         line = "no context window recorded for this session"
     else:
         line = (
-            f"context window {config.context_window} tokens ({config.window_source}), "
+            f"context window {config.context_window} tokens ({source}), "
             f"{config.output_reserve} kept for the answer"
         )
     budget = "no prompt token budget" if cap is None else f"prompt budget ~{cap} tokens"

@@ -480,4 +480,5 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     d.add_argument("--db", default="turnledger-demo.db",
                    help="event log, e.g. demo.db or demo.jsonl (default: %(default)s)")  # fmt: skip
     add_provider_arguments(d, scripted=True)
-    d.set_defaults(run=_run_demo)
+    # On a terminal the story is told first and the log lines after it.
+    d.set_defaults(run=_run_demo, hold_logs=True)

@@ -14,11 +14,11 @@ import attrs
 from ..adapters.stores import PostgresStore, SessionLease
 from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
 from ..sessions import SessionState, Turn, replay
+from ..timeline import phase_name, session_summary, timeline
 from ._args import at_least, text_arg
 from ._display import fmt_time, print_json, visible
 from ._errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit
 from ._stores import open_to_read
-from ._timeline import phase_name, session_summary, timeline
 
 __all__ = ["add_read_parsers"]
 
@@ -182,9 +182,13 @@ async def _cmd_log(args: argparse.Namespace) -> int:
         await store.aclose()
     shown = 0
     for sid, events in streams.items():
-        rows = timeline(events)
+        # The session's rows, each event of each a line (log order).
+        session = timeline(sid, events)
         if args.request:
-            rows = [r for r in rows if r.request_id and r.request_id.startswith(args.request)]
+            wanted = [r for r in session.rows if r.request_id.startswith(args.request)]
+            rows = sorted((s for r in wanted for s in r.steps), key=lambda s: s.seq)
+        else:
+            rows = session.steps()
         if not rows:
             continue
         if not args.json:

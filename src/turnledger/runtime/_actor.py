@@ -54,7 +54,7 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -77,9 +77,12 @@ from ..events import (
     CompletionIgnored,
     Event,
     RequestId,
+    SessionStarted,
     StoredEvent,
+    StreamStarted,
     ToolCall,
     ToolCallsRequested,
+    ToolResultRecorded,
     ToolRoundSubmitted,
     TurnCommitted,
     TurnDiscarded,
@@ -126,7 +129,7 @@ from ._log import bind_request_id, get_logger, is_enabled, message_fields, trans
 from ._mailbox import Mailbox
 from ._tickets import Ticket
 
-__all__ = ["KEEP_REQUEST_TASK", "Actor", "Item"]
+__all__ = ["EFFECTS", "KEEP_REQUEST_TASK", "Actor", "Item"]
 
 _logger = get_logger()
 
@@ -147,6 +150,10 @@ RETRY_MAX: Final = 5.0
 
 #: What a mailbox carries: a message, and the caller's ticket for a Submit.
 Item: TypeAlias = tuple[Message, Ticket | None]
+
+#: An entry of :data:`EFFECTS`: ``(actor, message, event, state after the
+#: step, now)``; the event is of the type the entry is keyed by.
+_Effect: TypeAlias = Callable[["Actor", "Message | None", Any, "SessionState", float], None]
 
 
 class _Flight:
@@ -982,10 +989,14 @@ class Actor:
     # -- effects -----------------------------------------------------------
 
     def _effects(self, steps: Sequence[_Step], now: float) -> None:
-        """Act on the steps of a batch once recorded; ``now`` is the trio clock."""
-        rt = self.rt
-        waiting = self._waiting
-        received = self._received_at
+        """Act on the steps of a batch once recorded; ``now`` is the trio clock.
+
+        What each event asks of the actor is looked up in :data:`EFFECTS`
+        by the event's exact type (events are never subclassed: the codec
+        could not have written one), as the machine looks its transitions up.
+        """
+        # (A local: the table is looked up once a batch, not once an event.)
+        effects = EFFECTS
         for msg, ticket, events, after, logged in steps:
             if ticket is not None and isinstance(msg, Submit):
                 self._wait_for(msg.request_id, ticket)
@@ -998,64 +1009,22 @@ class Actor:
                         **{"from": t.before, "to": t.after},
                         **transition_fields(ev),
                     )
-                # Events are never subclassed (the codec could not have
-                # written one): the exact type is compared, as the codec does.
-                if type(ev) is TurnSubmitted:
-                    if isinstance(msg, Submit) and msg.request_id == ev.request_id:
-                        cfg = rt.config
-                        deadline = (
-                            now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
-                        )
-                        self._flight = _Flight(self, ev.request_id, deadline, now)
-                        self._flight.tickets = waiting.get(ev.request_id, [])
-                        rt.timers.add(self._flight)
-                elif type(ev) is ToolCallsRequested:
-                    flight = self._flight
-                    if flight is not None and flight.request_id == ev.request_id:
-                        flight.running = False
-                        self._start_tools(flight, ev.calls)
-                elif type(ev) is ToolRoundSubmitted:
-                    flight = self._flight
-                    if flight is not None and flight.request_id == ev.request_id:
-                        flight.round = ev.round
-                        flight.last_activity = now
-                        rt.timers.add(flight)  # the idle clock runs again
-                elif type(ev) is TurnRetried:
-                    flight = self._flight
-                    if flight is not None and flight.request_id == ev.request_id:
-                        # The same turn goes out again, with the smaller
-                        # projection: a new request task (in a scope of its own).
-                        flight.running = False
-                elif type(ev) is TurnCommitted:
-                    self._turn_ended(
-                        ev.request_id,
-                        CommittedResult(ev.request_id, ev.answer, ev.finish_reason, ev.usage),
-                        now,
-                    )
-                elif type(ev) is TurnDiscarded:
-                    self._turn_ended(
-                        ev.request_id,
-                        DiscardedResult(ev.request_id, ev.reason, ev.detail, ev.preview_chars),
-                        now,
-                    )
-                elif type(ev) is TurnRejected:
-                    self._resolve(
-                        ev.request_id, RejectedResult(ev.request_id, ev.reason, ev.detail)
-                    )
-                elif type(ev) is CompletionIgnored:
-                    ended = self._ended.get(ev.request_id) if self._ended else None
-                    self._msg_log().info(
-                        "late_completion",
-                        request_id=ev.request_id,
-                        outcome=ev.outcome,
-                        delay_s=None if ended is None else max(received - ended, 0.0),
-                        in_flight=current_request(after),
-                    )
+                effect = effects[type(ev)]
+                # (None: nothing to do, and no call made for it: StreamStarted
+                # is one of these, and every streamed turn records one.)
+                if effect is not None:
+                    effect(self, msg, ev, after, now)
             if not events and ticket is not None and isinstance(msg, Submit):
                 # A request id seen before: a client retry, never recorded twice.
                 ending = ending_of(after, msg.request_id)
                 if ending is not None and ending.kind != "in_flight":
                     self._resolve(msg.request_id, result_of(msg.request_id, ending))
+        self._send_if_due()
+
+    def _send_if_due(self) -> None:
+        """Hand the request of the turn in flight to the request task, if the
+        recorded events call for one (a new turn, a tool round, a retry)."""
+        rt = self.rt
         flight = self._flight
         state = self.state
         if flight is not None and not flight.running and isinstance(state, (Pending, Streaming)):
@@ -1074,6 +1043,77 @@ class Actor:
             if worker is None or not worker.give(flight, request):
                 worker = self._worker = _Worker(flight, request)
                 rt.nursery.start_soon(self._work, worker, name="turnledger.request")
+
+    # Each effect below takes ``(message, event, state after the step, now)``:
+    # the message the event was decided from (None when it was read back from
+    # the store or stated by the actor), and the trio clock.
+
+    def _on_submitted(
+        self, msg: Message | None, ev: TurnSubmitted, after: SessionState, now: float
+    ) -> None:
+        # Only a turn this actor decided goes out from here (one read back
+        # from the store belongs to whoever wrote it).
+        if isinstance(msg, Submit) and msg.request_id == ev.request_id:
+            cfg = self.rt.config
+            deadline = now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
+            flight = self._flight = _Flight(self, ev.request_id, deadline, now)
+            flight.tickets = self._waiting.get(ev.request_id, [])
+            self.rt.timers.add(flight)
+
+    def _on_tools_requested(
+        self, msg: Message | None, ev: ToolCallsRequested, after: SessionState, now: float
+    ) -> None:
+        flight = self._flight
+        if flight is not None and flight.request_id == ev.request_id:
+            flight.running = False
+            self._start_tools(flight, ev.calls)
+
+    def _on_round_submitted(
+        self, msg: Message | None, ev: ToolRoundSubmitted, after: SessionState, now: float
+    ) -> None:
+        flight = self._flight
+        if flight is not None and flight.request_id == ev.request_id:
+            flight.round = ev.round
+            flight.last_activity = now
+            self.rt.timers.add(flight)  # the idle clock runs again
+
+    def _on_retried(
+        self, msg: Message | None, ev: TurnRetried, after: SessionState, now: float
+    ) -> None:
+        flight = self._flight
+        if flight is not None and flight.request_id == ev.request_id:
+            # The same turn goes out again, with the smaller projection: a
+            # new request task (in a scope of its own).
+            flight.running = False
+
+    def _on_committed(
+        self, msg: Message | None, ev: TurnCommitted, after: SessionState, now: float
+    ) -> None:
+        result = CommittedResult(ev.request_id, ev.answer, ev.finish_reason, ev.usage)
+        self._turn_ended(ev.request_id, result, now)
+
+    def _on_discarded(
+        self, msg: Message | None, ev: TurnDiscarded, after: SessionState, now: float
+    ) -> None:
+        result = DiscardedResult(ev.request_id, ev.reason, ev.detail, ev.preview_chars)
+        self._turn_ended(ev.request_id, result, now)
+
+    def _on_rejected(
+        self, msg: Message | None, ev: TurnRejected, after: SessionState, now: float
+    ) -> None:
+        self._resolve(ev.request_id, RejectedResult(ev.request_id, ev.reason, ev.detail))
+
+    def _on_ignored(
+        self, msg: Message | None, ev: CompletionIgnored, after: SessionState, now: float
+    ) -> None:
+        ended = self._ended.get(ev.request_id) if self._ended else None
+        self._msg_log().info(
+            "late_completion",
+            request_id=ev.request_id,
+            outcome=ev.outcome,
+            delay_s=None if ended is None else max(self._received_at - ended, 0.0),
+            in_flight=current_request(after),
+        )
 
     def _start_tools(self, flight: _Flight, calls: Sequence[ToolCall]) -> None:
         tools = self.rt.tools_of(self.session_id)
@@ -1238,3 +1278,24 @@ class Actor:
 
     def _phase(self) -> str:
         return type(self.state).__name__
+
+
+#: What the actor does once an event is recorded, by the event's exact type
+#: (:meth:`Actor._effects`), like the machine's own tables: every event type
+#: the machine can emit has an entry, ``None`` where the recorded state is
+#: all there is to it (the session starting, a stream starting, a tool result,
+#: whose tool task already ended). tests/sessions/test_effects_table.py checks
+#: that no event type is missing.
+EFFECTS: Final[Mapping[type[Event], _Effect | None]] = {
+    SessionStarted: None,
+    TurnSubmitted: Actor._on_submitted,
+    TurnRetried: Actor._on_retried,
+    TurnRejected: Actor._on_rejected,
+    StreamStarted: None,
+    TurnCommitted: Actor._on_committed,
+    TurnDiscarded: Actor._on_discarded,
+    CompletionIgnored: Actor._on_ignored,
+    ToolCallsRequested: Actor._on_tools_requested,
+    ToolResultRecorded: None,
+    ToolRoundSubmitted: Actor._on_round_submitted,
+}

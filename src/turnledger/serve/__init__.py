@@ -7,8 +7,9 @@
   signals) from one typed :class:`ServeOptions`, which ``turnledger serve``
   builds from its options.
 - :func:`timeline_model` / :func:`render_page`: one session's timeline as
-  data, and the self-contained HTML page that draws it (the page at ``/``,
-  and the static file of ``turnledger log DB --session S --html FILE``).
+  data (the rows of :mod:`turnledger.timeline`, as JSON), and the
+  self-contained HTML page that draws it (the page at ``/``, and the static
+  file of ``turnledger log DB --session S --html FILE``).
 - :func:`quote_id` / :func:`unquote_id`: a session or request id as one
   path segment of the API, and back (any id the library takes).
 
