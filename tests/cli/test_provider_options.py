@@ -72,6 +72,7 @@ def test_the_command_line_builds_serve_options(monkeypatch: pytest.MonkeyPatch) 
         "--param", "seed=7", "--timeout", "30", "--idle-timeout", "9", "--max-request-bytes",
         "9000", "--max-prompt-tokens", "2000", "--token-env", "TL_SERVE_TOKEN",
         "--max-starting", "4", "--system", "Be brief.", "--on-busy", "supersede",
+        "--header-timeout", "3", "--allow-origin", "http://localhost:3000",
     )  # fmt: skip
     assert options == ServeOptions(
         db="s.db",
@@ -94,7 +95,10 @@ def test_the_command_line_builds_serve_options(monkeypatch: pytest.MonkeyPatch) 
         output_reserve=512,
         turn_deadline=30.0,
         idle_timeout=9.0,
-        app=ServeSettings(token="t0ken", max_starting=4),
+        header_timeout=3.0,
+        app=ServeSettings(
+            token="t0ken", max_starting=4, allowed_origins=frozenset({"http://localhost:3000"})
+        ),
     )
     assert Window(options.history_window or 0) == Window(4)
 

@@ -30,6 +30,7 @@ def _model_server(args: argparse.Namespace) -> Callable[[], AbstractAsyncContext
 
 
 def _token(args: argparse.Namespace) -> str | None:
+    # (run_serve checks that a header can carry it)
     if not args.token_env:
         return None
     token = os.environ.get(args.token_env)
@@ -60,8 +61,10 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         idle_timeout=args.idle_timeout,
         grace=args.grace,
         max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
         app=ServeSettings(
             token=_token(args),
+            allowed_origins=frozenset(args.allow_origin),  # (run_serve checks them)
             max_body_bytes=args.max_body_bytes,
             max_starting=args.max_starting,
             start_hold=args.start_hold,
@@ -100,6 +103,7 @@ def add_serve_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog="examples:\n  turnledger serve --db chat.db                  then open "
         "http://127.0.0.1:8421/\n"
         "  turnledger serve --db chat.db --base-url http://127.0.0.1:8080/v1 --model llama3\n"
+        "  turnledger serve --db chat.db --allow-origin http://localhost:3000   a local web app\n"
         "  TL_TOKEN=... turnledger serve --db chat.db --host 0.0.0.0 --token-env TL_TOKEN",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -45,6 +45,7 @@ from ..sessions._results import TurnResult
 from ..sessions._tools import Tool
 from ._actor import KEEP_REQUEST_TASK, Actor, Item
 from ._context import Config, Counters, Runtime
+from ._log import get_logger
 from ._tickets import Ticket
 from ._timers import Timers
 
@@ -152,6 +153,25 @@ class _Routes:
 
     def stopped(self, actor: Actor) -> None:
         self.ending.pop(actor.session_id).set()
+
+
+class _WarningsOnly:
+    """The log of a window asked for a session not yet created: the
+    provider's fallback warning is said (once per model, whoever asks
+    first), the ``context_window`` line is left to the session that records
+    the window."""
+
+    def __init__(self) -> None:
+        self._log = get_logger()
+
+    def info(self, event: str, **fields: object) -> None:
+        pass
+
+    def warning(self, event: str, **fields: object) -> None:
+        self._log.warning(event, **fields)
+
+
+_window_log = _WarningsOnly()
 
 
 @final
@@ -453,6 +473,20 @@ class Hub:
             await trio.lowlevel.checkpoint()
             return actor.state
         return replay(await self._store.read_decoded(session_id, DEFAULT_CODEC))
+
+    async def new_session_start(self) -> Start:
+        """What a session created now would record in its ``SessionStarted``:
+        the hub's system prompt, model and policies, with the context window
+        and output reserve the model gets (the provider is asked once per
+        model for the hub's life, as a new session asks). Nothing is written.
+
+        An edge that must refuse a first question without creating its
+        session (``turnledger serve``) measures it against this.
+
+        Cancellation: asking the provider may be cancelled; nothing changes.
+        """
+        rt = self._runtime
+        return await rt.windows.start(rt.provider, self._config.start, rt.config, _window_log)
 
     async def history(self, session_id: str) -> tuple[Turn, ...]:
         """The session's committed turns, oldest first."""

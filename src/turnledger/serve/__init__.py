@@ -2,7 +2,8 @@
 
 - :func:`create_app`: the ASGI application over a running hub and its store
   (Starlette; served by Hypercorn's trio worker in ``turnledger serve``),
-  with its :class:`ServeSettings`.
+  with its :class:`ServeSettings` (and :class:`NewSessionBudget`, what a
+  question to a new session must fit before it reaches the hub).
 - :func:`run_serve`: the whole service (store, provider, hub, server,
   signals) from one typed :class:`ServeOptions`, which ``turnledger serve``
   builds from its options.
@@ -24,10 +25,11 @@ from ._ids import quote_id, unquote_id
 from ._timeline import explain, render_page, session_page, session_summary, timeline_model
 
 if _TYPE_CHECKING:
-    from ._app import ServeSettings, create_app
+    from ._app import NewSessionBudget, ServeSettings, create_app
     from ._server import ServeOptions, ServeOptionsError, add_serve_arguments, run_serve
 
 __all__ = [
+    "NewSessionBudget",
     "ServeOptions",
     "ServeOptionsError",
     "ServeSettings",
@@ -44,6 +46,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "NewSessionBudget": "_app",
     "ServeSettings": "_app",
     "create_app": "_app",
     "ServeOptions": "_server",

@@ -5,7 +5,8 @@ command line only builds it (``turnledger serve`` adds the options of
 :func:`add_serve_arguments` and the provider and budget options it shares
 with ``chat``). SIGTERM or SIGINT stops accepting connections; turns in
 flight may end within the grace period, then leaving the hub writes the
-rest as ``interrupted``, and the process exits 0.
+rest as ``interrupted``, and the process exits 0, at most about a second
+after the grace period (``_BACKSTOP``) whatever the clients do.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ __all__ = ["ServeOptions", "ServeOptionsError", "add_serve_arguments", "run_serv
 log = structlog.get_logger("turnledger.serve")
 
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+#: Seconds past --grace that Hypercorn waits for connections before it
+#: cancels them: the hub has written every turn's end by --grace (plus the
+#: moment its closing writes take), and streams close their connections.
+_BACKSTOP = 1.0
 
 
 class ServeOptionsError(ValueError):
@@ -69,6 +74,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    "has sent nothing yet (default: %(default)s)")  # fmt: skip
     p.add_argument("--max-connections", type=int, default=2000, metavar="N",
                    help="connections to the model server (default: %(default)s)")  # fmt: skip
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a browser origin (scheme://host[:port]) whose pages may use the API "
+                   "without a token; repeatable (default: only the service's own)")  # fmt: skip
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long a connection may take to send a request's headers, and "
+                   "stay idle between requests (default: %(default)s)")  # fmt: skip
     p.add_argument("--keep-results-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
                    help="memory for finished turns' results kept for reconnects, oldest "
                    "dropped first; a reconnect to a dropped one reads the store "
@@ -88,8 +99,10 @@ class ServeOptions:
     """Everything :func:`run_serve` runs from: where to listen, the store,
     the provider, the hub's settings for new sessions and budgets, and the
     application's :class:`~turnledger.serve.ServeSettings` (its bearer
-    token, body and burst limits). ``turnledger serve`` builds one from its
-    options; a program may build its own."""
+    token, trusted origins, body and burst limits; ``run_serve`` adds the
+    budget a new session's first question must fit, from the provider).
+    ``turnledger serve`` builds one from its options; a program may build
+    its own."""
 
     #: The event log: a SQLite file, a ``.jsonl`` journal or PostgreSQL (see ``open_store``).
     db: str
@@ -122,8 +135,30 @@ class ServeOptions:
     grace: float = 5.0
     #: Connections to the model server.
     max_connections: int = 2000
+    #: Seconds a connection may take to send a request's headers, and stay
+    #: idle between requests.
+    header_timeout: float = 10.0
     #: What the application needs besides the hub and the store.
     app: ServeSettings = attrs.field(factory=_app_settings)
+
+
+def _check_token(token: str) -> None:
+    # An HTTP header cannot carry it as it is: no request would match.
+    if not token.strip():
+        raise ServeOptionsError("--token-env: the token is blank")
+    if token != token.strip() or not token.isprintable() or " " in token:
+        raise ServeOptionsError("--token-env: the token has spaces or control characters")
+
+
+def _origins(given: frozenset[str]) -> frozenset[str]:
+    """The trusted origins as browsers send them (``scheme://host[:port]``,
+    lowercase)."""
+    from ._app import check_origin
+
+    try:
+        return frozenset(check_origin(o) for o in given)
+    except ValueError as exc:
+        raise ServeOptionsError(f"--allow-origin: {exc}") from None
 
 
 def _check(options: ServeOptions, endpoint: object) -> str:
@@ -132,6 +167,11 @@ def _check(options: ServeOptions, endpoint: object) -> str:
     app = options.app
     if app.token is None and options.host not in _LOOPBACK:
         raise ServeOptionsError(f"binding {options.host} requires a token (--token-env NAME)")
+    if app.token is not None:
+        _check_token(app.token)
+    _origins(app.allowed_origins)
+    if not options.header_timeout > 0:
+        raise ServeOptionsError("--header-timeout must be more than 0 seconds")
     if app.max_starting < 0:
         raise ServeOptionsError("--max-starting must be 0 (no limit) or more")
     if not app.start_hold > 0:
@@ -225,8 +265,8 @@ async def run_serve(
     from hypercorn.config import Config
 
     from ..adapters.stores import open_store
-    from ..sessions import open_hub
-    from ._app import create_app
+    from ..sessions import Budget, CharTokenEstimator, open_hub
+    from ._app import NewSessionBudget, create_app
     from ._listen import BatchListener
 
     model = _check(options, endpoint)
@@ -261,11 +301,33 @@ async def run_serve(
                 nursery.start_soon(on_signal)
                 config = Config()
                 # Streams end once the hub has closed (every turn then has its
-                # outcome), so this is only a backstop.
-                config.graceful_timeout = options.grace + 15
+                # outcome) and then close their connection, and idle
+                # connections close at once: this is only a backstop.
+                config.graceful_timeout = options.grace + _BACKSTOP
                 config.accesslog = None
                 config.errorlog = None
-                config.keep_alive_timeout = 75
+                # Hypercorn's idle timer runs from a connection's start until
+                # a request's headers are complete, and between requests: a
+                # half-sent request holds its connection this long at most.
+                config.keep_alive_timeout = options.header_timeout
+                settings = attrs.evolve(
+                    options.app, allowed_origins=_origins(options.app.allowed_origins)
+                )
+                if settings.new_session_budget is None:
+                    # What a first question must fit, measured as the hub
+                    # will measure it (the provider's encoder).
+                    budget = Budget(
+                        options.max_request_bytes,
+                        provider.encoder,
+                        options.max_prompt_tokens,
+                        CharTokenEstimator(),
+                    )
+                    settings = attrs.evolve(
+                        settings,
+                        new_session_budget=NewSessionBudget(
+                            budget=budget, model=model, system=options.system
+                        ),
+                    )
                 window = options.history_window
                 async with open_hub(
                     store,
@@ -281,7 +343,7 @@ async def run_serve(
                     turn_deadline=options.turn_deadline,
                     idle_timeout=options.idle_timeout,
                 ) as hub:
-                    app = create_app(hub, store, options.app, nursery=nursery, stopping=stop)
+                    app = create_app(hub, store, settings, nursery=nursery, stopping=stop)
                     # The server runs in the outer nursery: it outlives the hub,
                     # so streams still deliver the outcomes the hub's closing
                     # writes (``interrupted``) before the connections end.
