@@ -16,19 +16,21 @@ PUBLIC: dict[str, str] = {
         "DiscardedResult InvalidCommand JournalStore LeaseLost Ledger LimitExceeded MemoryStore "
         "OllamaChat OpenAIChat OpenAIResponses PostgresStore ProviderError ProviderSettings "
         "ProviderSettingsError RejectedResult ReplayError RetryPolicy SQLiteStore SessionClosed "
-        "SessionOwnedElsewhere StoreCorrupted StoreError StoreFull StoreUnavailable StreamLimits "
-        "StreamProtocolError Tool ToolError ToolInvocation Turn TurnLedgerError TurnResult "
-        "UnknownEventTag Window WrongEventLoop __version__ open_hub open_provider open_store"
+        "SessionOwnedElsewhere StoreCapReached StoreCorrupted StoreError StoreFull "
+        "StoreUnavailable StreamLimits StreamProtocolError Tool ToolError ToolInvocation Turn "
+        "TurnLedgerError TurnResult UnknownEventTag UnknownSession Window WrongEventLoop "
+        "__version__ open_hub open_provider open_store"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
-        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Event EventCodec "
+        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Erasure Event EventCodec "
         "EventDecoder EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason "
         "RequestId SessionId SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
         "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
-        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource"
+        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource "
+        "session_hash"
     ),
     "turnledger.sessions": (
         "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AwaitingTools Budget Cancel "
@@ -36,11 +38,13 @@ PUBLIC: dict[str, str] = {
         "Completion DescribesModels Discarded DiscardedResult Ending Endings Failed "
         "Failure History Hub HubStatistics Idle InFlight Interrupt JsonChatEncoder "
         "Message ModelInfo Pending Plan Provider RejectedResult RequestEncoder "
-        "ResponseStarted Role SessionState Start StreamSink Streaming Submit "
+        "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink "
+        "Streaming Submit "
         "Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
         "ToolResult ToolRound Turn TurnHandle TurnResult build_messages decide "
-        "ending_of evolve initial_state is_in_flight open_hub plan prompt_token_cap "
-        "replay replay_sessions request_messages"
+        "ending_of erase_sessions evolve initial_state is_in_flight open_hub plan plan_retention "
+        "prompt_token_cap prune_store replay replay_sessions request_messages "
+        "sessions_of_subject subject_of"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",

@@ -44,6 +44,7 @@ from ._errors import (
     ReplayError,
     SessionClosed,
     SessionOwnedElsewhere,
+    StoreCapReached,
     StoreCorrupted,
     StoreError,
     StoreFull,
@@ -51,6 +52,7 @@ from ._errors import (
     StreamProtocolError,
     TurnLedgerError,
     UnknownEventTag,
+    UnknownSession,
     WrongEventLoop,
 )
 
@@ -107,6 +109,7 @@ __all__ = [
     "SQLiteStore",
     "SessionClosed",
     "SessionOwnedElsewhere",
+    "StoreCapReached",
     "StoreCorrupted",
     "StoreError",
     "StoreFull",
@@ -120,6 +123,7 @@ __all__ = [
     "TurnLedgerError",
     "TurnResult",
     "UnknownEventTag",
+    "UnknownSession",
     "Window",
     "WrongEventLoop",
     "__version__",

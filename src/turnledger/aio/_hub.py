@@ -16,10 +16,12 @@ import trio
 
 from .._errors import SessionClosed
 from .._loops import require_asyncio
-from ..events import EventStore, HistoryPolicy, OnBusy, ToolErrorPolicy
+from ..events import Erasure, EventStore, HistoryPolicy, OnBusy, ToolErrorPolicy
 from ..sessions import (
     HubStatistics,
     Provider,
+    RetentionPolicy,
+    RetentionStep,
     SessionState,
     TokenEstimator,
     Tool,
@@ -243,19 +245,27 @@ class Hub:
         self._hub = hub
 
     async def submit(
-        self, session_id: str, question: str, *, request_id: str | None = None
+        self,
+        session_id: str,
+        question: str,
+        *,
+        request_id: str | None = None,
+        subject: str | None = None,
     ) -> TurnHandle:
-        """Ask ``question`` in ``session_id``; returns once it is in the mailbox.
+        """Ask ``question`` in ``session_id``; returns once it is in the mailbox
+        (``subject``: whom a session this creates belongs to).
 
         Cancellation: the question may still have been sent; submit again
         with the same ``request_id`` to join it without asking twice.
         """
         require_asyncio("Hub.submit")
-        handle = await self._bridge.run(self._submit, session_id, question, request_id)
+        handle = await self._bridge.run(self._submit, session_id, question, request_id, subject)
         return TurnHandle(self._bridge, handle)
 
-    async def _submit(self, session_id: str, question: str, request_id: str | None) -> Any:
-        return await self._hub.submit(session_id, question, request_id=request_id)
+    async def _submit(
+        self, session_id: str, question: str, request_id: str | None, subject: str | None
+    ) -> Any:
+        return await self._hub.submit(session_id, question, request_id=request_id, subject=subject)
 
     async def open_session(
         self,
@@ -265,15 +275,56 @@ class Hub:
         model: str | None = None,
         policy: HistoryPolicy | None = None,
         on_busy: OnBusy | None = None,
+        subject: str | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> SessionState:
         """Start the session's actor, creating the session with these settings if new."""
         require_asyncio("Hub.open_session")
 
         async def call() -> SessionState:
             state: SessionState = await self._hub.open_session(
-                session_id, system=system, model=model, policy=policy, on_busy=on_busy
+                session_id,
+                system=system,
+                model=model,
+                policy=policy,
+                on_busy=on_busy,
+                subject=subject,
+                retention=retention,
             )
             return state
+
+        return await self._bridge.run(call)
+
+    async def erase(self, session_id: str) -> Erasure:
+        """Erase the session (see :meth:`turnledger.sessions.Hub.erase`).
+
+        Cancellation: the erasure happened or it did not.
+        """
+        require_asyncio("Hub.erase")
+        record: Erasure = await self._bridge.run(self._hub.erase, session_id)
+        return record
+
+    async def erase_subject(self, subject: str) -> list[Erasure]:
+        """Erase every session of ``subject`` (see ``Hub.erase_subject``).
+
+        Cancellation: each erasure happened or did not.
+        """
+        require_asyncio("Hub.erase_subject")
+        records: list[Erasure] = await self._bridge.run(self._hub.erase_subject, subject)
+        return records
+
+    async def prune(
+        self, policy: RetentionPolicy | None = None, *, dry_run: bool = False
+    ) -> list[RetentionStep]:
+        """Apply the retention policy (see ``Hub.prune``).
+
+        Cancellation: each step happened or did not.
+        """
+        require_asyncio("Hub.prune")
+
+        async def call() -> list[RetentionStep]:
+            steps: list[RetentionStep] = await self._hub.prune(policy, dry_run=dry_run)
+            return steps
 
         return await self._bridge.run(call)
 
@@ -414,6 +465,7 @@ async def open_hub(
     mailbox_size: int = 16,
     shutdown_grace: float = 5.0,
     clock: Callable[[], float] = time.time,
+    retention: RetentionPolicy | None = None,
 ) -> AsyncIterator[Hub]:
     """Run the session hub on the running asyncio loop while the context is open.
 
@@ -425,7 +477,7 @@ async def open_hub(
             :func:`turnledger.sessions.open_hub`, with the same defaults
             and meaning (``system``, ``policy``, ``on_busy``, ``tools``,
             ``max_request_bytes``, ``context_window``, ``turn_deadline``,
-            ``idle_timeout``, ``shutdown_grace``, ...); a test checks that
+            ``idle_timeout``, ``shutdown_grace``, ``retention``, ...); a test checks that
             the two signatures agree, so a type checker catches a
             misspelt option here as it does there.
 
@@ -462,6 +514,7 @@ async def open_hub(
         "mailbox_size": mailbox_size,
         "shutdown_grace": shutdown_grace,
         "clock": clock,
+        "retention": retention,
     }
     require_asyncio("open_hub")
     loop = asyncio.get_running_loop()

@@ -2,7 +2,8 @@
 
 One module per command family: :mod:`._demo`, :mod:`._chat` and
 :mod:`._read` (``replay``, ``log``, ``sessions``, over :mod:`turnledger.timeline`),
-:mod:`._browse` (``export``, ``search``), :mod:`._serve` (``serve``, from
+:mod:`._browse` (``export``, ``search``), :mod:`._lifecycle` (``erase``,
+``prune``), :mod:`._serve` (``serve``, from
 :mod:`turnledger.serve`); :mod:`._terminal` and :mod:`._hints` serve ``chat``
 on a terminal;
 :mod:`._stores` opens the store a command names, :mod:`._errors` holds the
@@ -89,6 +90,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "search": ("_browse", "add_browse_parsers",
                "committed turns whose question or answer holds TEXT"),
     "serve": ("_serve", "add_serve_parser", "HTTP API and browser timeline over a store"),
+    "erase": ("_lifecycle", "add_lifecycle_parsers",
+              "erase a session, or every session of a subject, byte for byte"),
+    "prune": ("_lifecycle", "add_lifecycle_parsers",
+              "erase sessions idle for too long, trim old turns"),
 }  # fmt: skip
 
 

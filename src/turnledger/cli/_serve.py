@@ -39,6 +39,18 @@ def _token(args: argparse.Namespace) -> str | None:
     return token
 
 
+def _retention(args: argparse.Namespace) -> Any:
+    from ..serve import ServeOptionsError
+    from ..sessions import RetentionPolicy
+
+    older, turns = args.prune_older_than, args.prune_max_turns
+    if older is None and turns is None:
+        return None
+    if turns is not None and turns < 1:
+        raise ServeOptionsError("--prune-max-turns must be 1 or more")
+    return RetentionPolicy(older, turns)
+
+
 def serve_options(args: argparse.Namespace) -> ServeOptions:
     """The :class:`~turnledger.serve.ServeOptions` the command line's options
     describe (all the command line does before :func:`run_serve`)."""
@@ -62,6 +74,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         grace=args.grace,
         max_connections=args.max_connections,
         header_timeout=args.header_timeout,
+        retention=_retention(args),
+        prune_every=args.prune_every,
         app=ServeSettings(
             token=_token(args),
             allowed_origins=frozenset(args.allow_origin),  # (run_serve checks them)

@@ -66,7 +66,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .. import DecodeError, InvalidCommand, SessionClosed, SessionOwnedElsewhere, StoreError
+from .. import (
+    DecodeError,
+    InvalidCommand,
+    SessionClosed,
+    SessionOwnedElsewhere,
+    StoreError,
+    UnknownSession,
+)
 from .._errors import describe_store_error
 from ..events import DEFAULT_CODEC, EventStore, StoredEvent
 from ..sessions import (
@@ -105,6 +112,7 @@ _REJECT_STATUS = {
     "empty_question": 400,
     "invalid_question": 400,
     "store_error": 503,
+    "limit": 507,
 }
 #: What a kept result costs besides its JSON: its key (two ids) and the
 #: table's entry, as an estimate (see ServeSettings.keep_results_bytes).
@@ -692,6 +700,29 @@ class _Service:
             raise ApiError(404, "unknown_session", f"no session {session_id!r}")
         return _json(_state_json(session_id, state))
 
+    async def erase(self, request: Request) -> Response:
+        """``DELETE /v1/sessions/{id}``: erase the session (its turn in
+        flight ends as ``erased``); 404 if there is none, nothing changed."""
+        session_id = _path_id(request, "session_id")
+        try:
+            record = await self.hub.erase(session_id)
+        except UnknownSession:
+            raise ApiError(404, "unknown_session", f"no session {session_id!r}") from None
+        except StoreError as exc:
+            detail = describe_store_error(exc)
+            raise ApiError(503, "store_error", f"nothing erased: {detail}") from None
+        # Results kept for reconnects hold its answers: they go too.
+        for key in [k for k in self.done if k[0] == session_id]:
+            self.kept_bytes -= len(self.done.pop(key)) + _KEPT_ENTRY_BYTES
+        return _json(
+            {
+                "erased": True,
+                "session_hash": record.session_hash,
+                "erased_at": record.erased_at,
+                "events": record.events,
+            }
+        )
+
     async def events(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
         after = _int_param(request, "after", 0, low=0, high=10**18)
@@ -813,6 +844,7 @@ def _describe_rejection(result: RejectedResult) -> str:
         "empty_question": "the question is empty",
         "invalid_question": "the question is not valid Unicode text",
         "store_error": f"the event store failed: {result.detail}",
+        "limit": f"the event store is full: {result.detail}",
     }.get(result.reason, result.reason)
 
 
@@ -1082,6 +1114,7 @@ def create_app(
             Route("/healthz", svc.healthz),
             Route("/v1/sessions", svc.sessions),
             Route(f"/v1/sessions/{sid}", svc.session),
+            Route(f"/v1/sessions/{sid}", svc.erase, methods=["DELETE"]),
             Route(f"/v1/sessions/{sid}/events", svc.events),
             Route(f"/v1/sessions/{sid}/state", svc.state_at),
             Route(f"/v1/sessions/{sid}/timeline", svc.timeline),

@@ -26,6 +26,7 @@ import trio
 from .._errors import ProviderSettingsError
 from ..adapters.providers import PROVIDER_KINDS, ProviderSettings
 from ..events import OnBusy, Window
+from ..sessions import RetentionPolicy
 
 if TYPE_CHECKING:
     from ._app import ServeSettings
@@ -80,6 +81,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="how long a connection may take to send a request's headers, and "
                    "stay idle between requests (default: %(default)s)")  # fmt: skip
+    from ..cli._lifecycle import parse_age  # (the parser of `turnledger prune --older-than`)
+
+    p.add_argument("--prune-older-than", type=parse_age, default=None, metavar="AGE",
+                   help="retention: erase sessions idle for longer than AGE (30d, 12h, ...), "
+                   "checked every --prune-every")  # fmt: skip
+    p.add_argument("--prune-max-turns", type=int, default=None, metavar="N",
+                   help="retention: keep each session's newest N committed turns")  # fmt: skip
+    p.add_argument("--prune-every", type=float, default=3600.0, metavar="SECONDS",
+                   help="how often the retention runs, the first time at start "
+                   "(default: %(default)s)")  # fmt: skip
     p.add_argument("--keep-results-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
                    help="memory for finished turns' results kept for reconnects, oldest "
                    "dropped first; a reconnect to a dropped one reads the store "
@@ -138,6 +149,10 @@ class ServeOptions:
     #: Seconds a connection may take to send a request's headers, and stay
     #: idle between requests.
     header_timeout: float = 10.0
+    #: Sessions idle too long erased, old turns trimmed (``None``: kept),
+    #: applied at start and every ``prune_every`` seconds.
+    retention: RetentionPolicy | None = None
+    prune_every: float = 3600.0
     #: What the application needs besides the hub and the store.
     app: ServeSettings = attrs.field(factory=_app_settings)
 
@@ -172,6 +187,8 @@ def _check(options: ServeOptions, endpoint: object) -> str:
     _origins(app.allowed_origins)
     if not options.header_timeout > 0:
         raise ServeOptionsError("--header-timeout must be more than 0 seconds")
+    if options.retention is not None and not options.prune_every > 0:
+        raise ServeOptionsError("--prune-every must be more than 0 seconds")
     if app.max_starting < 0:
         raise ServeOptionsError("--max-starting must be 0 (no limit) or more")
     if not app.start_hold > 0:
@@ -342,8 +359,12 @@ async def run_serve(
                     output_reserve=options.output_reserve,
                     turn_deadline=options.turn_deadline,
                     idle_timeout=options.idle_timeout,
+                    retention=options.retention,
                 ) as hub:
                     app = create_app(hub, store, settings, nursery=nursery, stopping=stop)
+                    pruning = trio.CancelScope()
+                    if options.retention is not None:
+                        nursery.start_soon(_prune_every, hub, options.prune_every, pruning)
                     # The server runs in the outer nursery: it outlives the hub,
                     # so streams still deliver the outcomes the hub's closing
                     # writes (``interrupted``) before the connections end.
@@ -355,6 +376,7 @@ async def run_serve(
                     shown = f"[{host}]" if ":" in host else host
                     print(f"turnledger serve: listening on http://{shown}:{port}", flush=True)
                     await stop.wait()
+                    pruning.cancel()
                     # Stopped accepting; turns in flight may end within the grace.
                     with trio.move_on_after(options.grace):
                         while hub.statistics().in_flight:
@@ -372,6 +394,18 @@ async def run_serve(
 def _url(configured: Any) -> str:
     assert configured is not None  # (_check refused options without one)
     return str(configured.url)
+
+
+async def _prune_every(hub: Any, seconds: float, scope: trio.CancelScope) -> None:
+    """The retention, at start and every ``seconds`` (each step is logged
+    by the hub); a failed round is logged and the next one tries again."""
+    with scope:
+        while True:
+            try:
+                await hub.prune()
+            except Exception as exc:
+                log.error("retention_failed", error=type(exc).__name__)
+            await trio.sleep(seconds)
 
 
 async def _serve(app: Any, config: Any, listener: Any, stop: trio.Event, done: trio.Event) -> None:
