@@ -15,6 +15,7 @@ from turnledger.cli._args import PROVIDER_OPTIONS
 from turnledger.cli._errors import Exit
 from turnledger.cli._serve import serve_options
 from turnledger.serve import ServeOptions, ServeSettings
+from turnledger.sessions import RetentionPolicy
 
 
 def _command(name: str) -> argparse.ArgumentParser:
@@ -73,6 +74,7 @@ def test_the_command_line_builds_serve_options(monkeypatch: pytest.MonkeyPatch) 
         "9000", "--max-prompt-tokens", "2000", "--token-env", "TL_SERVE_TOKEN",
         "--max-starting", "4", "--system", "Be brief.", "--on-busy", "supersede",
         "--header-timeout", "3", "--allow-origin", "http://localhost:3000",
+        "--prune-max-turns", "50", "--prune-every", "60",
     )  # fmt: skip
     assert options == ServeOptions(
         db="s.db",
@@ -96,6 +98,8 @@ def test_the_command_line_builds_serve_options(monkeypatch: pytest.MonkeyPatch) 
         turn_deadline=30.0,
         idle_timeout=9.0,
         header_timeout=3.0,
+        retention=RetentionPolicy(max_turns=50),
+        prune_every=60.0,
         app=ServeSettings(
             token="t0ken", max_starting=4, allowed_origins=frozenset({"http://localhost:3000"})
         ),

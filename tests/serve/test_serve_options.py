@@ -9,6 +9,7 @@ import pytest
 
 from turnledger import ProviderSettings
 from turnledger.serve import ServeOptions, ServeOptionsError, ServeSettings, run_serve
+from turnledger.sessions import RetentionPolicy
 
 
 @pytest.mark.parametrize(
@@ -21,6 +22,8 @@ from turnledger.serve import ServeOptions, ServeOptionsError, ServeSettings, run
          "--output-reserve must be below --context-window"),
         ({"app": ServeSettings(max_starting=-1)}, "--max-starting must be 0"),
         ({"header_timeout": 0.0}, "--header-timeout must be more than 0 seconds"),
+        ({"retention": RetentionPolicy(max_turns=3), "prune_every": 0.0},
+         "--prune-every must be more than 0 seconds"),
         ({"app": ServeSettings(allowed_origins=frozenset({"ftp://x"}))}, "--allow-origin: "),
         ({"app": ServeSettings(token="  ")}, "--token-env: the token is blank"),
         ({"app": ServeSettings(token="a b")}, "the token has spaces or control characters"),
