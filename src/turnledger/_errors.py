@@ -6,6 +6,7 @@
     ├── InvalidCommand          the caller broke the state machine; state unchanged
     ├── ReplayError             a stored log does not fold; the log is suspect
     ├── SessionClosed           the session or hub was used after it closed
+    ├── ProviderSettingsError   no provider can be built from these settings
     ├── UnknownSession          no session has that id (never was, or erased)
     ├── CodecError              an event or envelope could not be encoded/decoded
     │   └── UnknownEventTag     a wire tag (or tag version) this release does not know
@@ -41,6 +42,7 @@ __all__ = [
     "LeaseLost",
     "LimitExceeded",
     "ProviderError",
+    "ProviderSettingsError",
     "ReplayError",
     "SessionClosed",
     "SessionOwnedElsewhere",
@@ -82,6 +84,14 @@ class ReplayError(TurnLedgerError):
 
 class SessionClosed(TurnLedgerError):
     """A session, turn or hub was used after it was closed."""
+
+
+class ProviderSettingsError(TurnLedgerError, ValueError):
+    """A provider cannot be built from its settings: an unknown protocol, an
+    API key variable that is not set, a base URL that is not ``http(s)://``.
+
+    Raised before any connection is made or client created.
+    """
 
 
 class UnknownSession(TurnLedgerError, LookupError):

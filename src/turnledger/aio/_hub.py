@@ -6,7 +6,8 @@ import asyncio
 import collections
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias, TypeVar, final
 
@@ -15,13 +16,15 @@ import trio
 
 from .._errors import SessionClosed
 from .._loops import require_asyncio
-from ..events import Erasure, EventStore, HistoryPolicy, OnBusy
+from ..events import Erasure, EventStore, HistoryPolicy, OnBusy, ToolErrorPolicy
 from ..sessions import (
     HubStatistics,
     Provider,
     RetentionPolicy,
     RetentionStep,
     SessionState,
+    TokenEstimator,
+    Tool,
     Turn,
     TurnResult,
 )
@@ -444,7 +447,25 @@ async def open_hub(
     provider: Opener[Provider],
     *,
     model: str,
-    **options: Any,
+    system: str = "",
+    policy: HistoryPolicy | None = None,
+    on_busy: OnBusy = "reject",
+    tools: Sequence[Tool] = (),
+    tool_choice: str = "auto",
+    max_tool_rounds: int = 8,
+    on_tool_error: ToolErrorPolicy = "report",
+    max_request_bytes: int | None = None,
+    max_prompt_tokens: int | None = None,
+    token_estimator: TokenEstimator | None = None,
+    context_window: int | None = None,
+    output_reserve: int | None = None,
+    turn_deadline: float | None = 60.0,
+    idle_timeout: float | None = 30.0,
+    passivate_after: float | None = 300.0,
+    mailbox_size: int = 16,
+    shutdown_grace: float = 5.0,
+    clock: Callable[[], float] = time.time,
+    retention: RetentionPolicy | None = None,
 ) -> AsyncIterator[Hub]:
     """Run the session hub on the running asyncio loop while the context is open.
 
@@ -452,10 +473,13 @@ async def open_hub(
         store, provider: the objects :func:`turnledger.sessions.open_hub`
             takes, or openers of them (see :data:`Opener`): a store that
             opens under trio is given as ``lambda: SQLiteStore.open(path)``.
-        model: the default model of sessions the hub creates.
-        options: every other keyword of :func:`turnledger.sessions.open_hub`
-            (``system``, ``policy``, ``on_busy``, ``max_request_bytes``,
-            ``turn_deadline``, ``idle_timeout``, ``shutdown_grace``, ...).
+        model, and every other keyword: those of
+            :func:`turnledger.sessions.open_hub`, with the same defaults
+            and meaning (``system``, ``policy``, ``on_busy``, ``tools``,
+            ``max_request_bytes``, ``context_window``, ``turn_deadline``,
+            ``idle_timeout``, ``shutdown_grace``, ``retention``, ...); a test checks that
+            the two signatures agree, so a type checker catches a
+            misspelt option here as it does there.
 
     Raises:
         WrongEventLoop: called from trio (use :func:`turnledger.sessions.open_hub`).
@@ -464,11 +488,37 @@ async def open_hub(
     On exit the hub shuts down as the trio one does; an exit by cancellation
     waits for that shutdown (bounded by ``shutdown_grace``) before the
     cancellation goes on.
+
+    Cancellation: cancelling the task that enters the context, while the hub
+    opens, stops the trio run and waits for it to end before the
+    cancellation goes on; cancelling the task that holds the context shuts
+    the hub down as leaving it does.
     """
+    options: dict[str, Any] = {
+        "model": model,
+        "system": system,
+        "policy": policy,
+        "on_busy": on_busy,
+        "tools": tools,
+        "tool_choice": tool_choice,
+        "max_tool_rounds": max_tool_rounds,
+        "on_tool_error": on_tool_error,
+        "max_request_bytes": max_request_bytes,
+        "max_prompt_tokens": max_prompt_tokens,
+        "token_estimator": token_estimator,
+        "context_window": context_window,
+        "output_reserve": output_reserve,
+        "turn_deadline": turn_deadline,
+        "idle_timeout": idle_timeout,
+        "passivate_after": passivate_after,
+        "mailbox_size": mailbox_size,
+        "shutdown_grace": shutdown_grace,
+        "clock": clock,
+        "retention": retention,
+    }
     require_asyncio("open_hub")
     loop = asyncio.get_running_loop()
     run = _Run(loop)
-    options["model"] = model
     start_guest(loop, run.finished, run.main, store, provider, options)
     try:
         await asyncio.wait((run.ready, run.done), return_when=asyncio.FIRST_COMPLETED)

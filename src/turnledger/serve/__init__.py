@@ -4,6 +4,9 @@
   (Starlette; served by Hypercorn's trio worker in ``turnledger serve``),
   with its :class:`ServeSettings` (and :class:`NewSessionBudget`, what a
   question to a new session must fit before it reaches the hub).
+- :func:`run_serve`: the whole service (store, provider, hub, server,
+  signals) from one typed :class:`ServeOptions`, which ``turnledger serve``
+  builds from its options.
 - :func:`timeline_model` / :func:`render_page`: one session's timeline as
   data (the rows of :mod:`turnledger.timeline`, as JSON), and the
   self-contained HTML page that draws it (the page at ``/``, and the static
@@ -23,10 +26,11 @@ from ._timeline import explain, render_page, session_page, session_summary, time
 
 if _TYPE_CHECKING:
     from ._app import NewSessionBudget, ServeSettings, create_app
-    from ._server import ServeOptionsError, add_serve_arguments, run_serve
+    from ._server import ServeOptions, ServeOptionsError, add_serve_arguments, run_serve
 
 __all__ = [
     "NewSessionBudget",
+    "ServeOptions",
     "ServeOptionsError",
     "ServeSettings",
     "add_serve_arguments",
@@ -45,6 +49,7 @@ _LAZY = {
     "NewSessionBudget": "_app",
     "ServeSettings": "_app",
     "create_app": "_app",
+    "ServeOptions": "_server",
     "ServeOptionsError": "_server",
     "add_serve_arguments": "_server",
     "run_serve": "_server",
