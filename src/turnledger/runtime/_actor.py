@@ -115,7 +115,7 @@ from ..sessions._messages import (
     Timeout,
     ToolDone,
 )
-from ..sessions._ports import ChatRequest
+from ..sessions._ports import ChatRequest, Completion
 from ..sessions._results import (
     CommittedResult,
     DiscardedResult,
@@ -434,6 +434,7 @@ class Actor:
         "_ended",
         "_flight",
         "_info",
+        "_inline",
         "_log",
         "_received_at",
         "_retry_in",
@@ -462,6 +463,9 @@ class Actor:
         self._flight: _Flight | None = None
         #: The task that runs this actor's requests, once one was sent.
         self._worker: _Worker | None = None
+        #: The messages of a request the provider answered at once
+        #: (:meth:`_answer_at_once`), for the next batch.
+        self._inline: list[Item] | None = None
         #: Tickets of accepted Submits whose turn has not ended, by request id.
         self._waiting: dict[RequestId, list[Ticket]] = {}
         #: When recent turns ended (trio clock), to time late completions.
@@ -619,7 +623,16 @@ class Actor:
                 if flight is not None and flight.missed and not flight.timed_out
                 else None
             )
-            if self._unrecorded is not None and (flight is None or detail is None):
+            inline = self._inline
+            if inline is not None:
+                # A request answered at once: its messages come after those
+                # already queued, as a request task's would, with no wait
+                # (the store's append was the batch's checkpoint).
+                self._inline = None
+                batch = mailbox.receive_nowait(MAX_BATCH)
+                batch += inline
+                del inline
+            elif self._unrecorded is not None and (flight is None or detail is None):
                 batch = await self._receive_or_retry()
             elif flight is None or detail is None:
                 batch = await mailbox.receive(MAX_BATCH)
@@ -658,6 +671,10 @@ class Actor:
             # retry with a new actor, which waits until we are stopped.
             rt.routing.stopping(self)
             queued = self.mailbox.receive_nowait(sys.maxsize)
+            if self._inline is not None:
+                # A request answered at once counts as a queued result.
+                queued += self._inline
+        self._inline = None
         self.mailbox.close()
         interrupted, self._batch = self._batch, ()
         try:
@@ -1039,10 +1056,59 @@ class Actor:
                 state.request.round,
             )
             flight.running = True
+            answer_now = rt.answer_now
+            if answer_now is not None:
+                inline = self._answer_at_once(answer_now, flight, request)
+                if inline is not None:
+                    self._inline = inline
+                    return
             worker = self._worker
             if worker is None or not worker.give(flight, request):
                 worker = self._worker = _Worker(flight, request)
                 rt.nursery.start_soon(self._work, worker, name="turnledger.request")
+
+    def _answer_at_once(
+        self,
+        answer_now: Callable[[ChatRequest], Completion | None],
+        flight: _Flight,
+        request: ChatRequest,
+    ) -> list[Item] | None:
+        """Ask the provider to answer ``request`` at once (:class:`AnswersAtOnce`).
+
+        Returns the messages its request task would have sent (the stream
+        began, then the result), or ``None``: the request goes to the
+        request task. Why: a turn through the request task costs the
+        worker's wake-up, its two reports and a second wake-up of the
+        actor; an answer that needs no wait costs none of them.
+        """
+        rid = flight.request_id
+        try:
+            completion = answer_now(request)
+        except ProviderError as exc:
+            reason = exc.reason if exc.reason in DISCARD_REASONS else "provider_error"
+            return [(Failed(rid, Failure(reason, str(exc)), request.round), None)]
+        except Exception as exc:
+            # As from complete(): a provider bug ends the turn, not the hub,
+            # and only the type of its message is kept.
+            flight.log.error("request_error", error=type(exc).__name__)
+            failure = Failure("provider_error", type(exc).__name__)
+            return [(Failed(rid, failure, request.round), None)]
+        if completion is None:
+            return None
+        return [
+            (ResponseStarted(rid, request.round), None),
+            (
+                Completed(
+                    rid,
+                    completion.answer,
+                    completion.finish_reason,
+                    completion.usage,
+                    request.round,
+                    completion.tool_calls,
+                ),
+                None,
+            ),
+        ]
 
     # Each effect below takes ``(message, event, state after the step, now)``:
     # the message the event was decided from (None when it was read back from
