@@ -92,22 +92,46 @@ async def test_the_log_is_the_same_with_and_without_the_answer_at_once() -> None
     )
 
 
-async def test_a_cancel_queued_before_the_answer_still_comes_first() -> None:
-    # A request task's result comes after whatever was queued before it
-    # reported; an answer at once takes the same place in the next batch.
-    # So the cancel wins, and the answer is a late completion, ignored (one
-    # of the two logs the request task writes, depending on whether it
-    # reached the provider before the cancel reached the actor).
+async def test_a_question_answered_at_once_is_one_append() -> None:
+    # The answer is asked for before the question is written, and both are
+    # appended together: one append and one batch per turn, not two.
+    counts = []
+    for provider in (Counted(script, at_once=True), Counted(script)):
+        store = HookedStore()
+        async with open_hub(store, provider, model="m") as hub:
+            for i in range(5):
+                result = await (await hub.submit("s", f"q{i}")).outcome()
+                assert result.kind == "committed"
+            stats = hub.statistics()
+        counts.append((stats.appends, stats.events))
+    assert counts == [(1 + 5, 1 + 5 * 3), (1 + 5 * 2, 1 + 5 * 3)]
+
+
+async def test_a_cancel_during_the_append_of_an_answer_at_once_comes_too_late() -> None:
     store = HookedStore()
     provider = Counted(script, at_once=True)
     async with open_hub(store, provider, model="m") as hub:
         store.before("turn_submitted", lambda: hub.cancel("s"))
         turn = await hub.submit("s", "q", request_id=RequestId("r"))
         result = await turn.outcome()
-    assert result.kind == "discarded" and result.reason == "cancelled"
+        await wait_all_tasks_blocked()
+    assert result.kind == "committed"
     tags = [type(e).__name__ for e in await events_of(store, "s")]
-    assert tags[-3:] == ["TurnSubmitted", "TurnDiscarded", "CompletionIgnored"]
-    assert provider.completes == 0
+    assert tags == ["SessionStarted", "TurnSubmitted", "StreamStarted", "TurnCommitted"]
+
+
+async def test_an_answer_whose_question_the_store_refuses_is_not_recorded() -> None:
+    store = HookedStore()
+    provider = Counted(script, at_once=True)
+    async with open_hub(store, provider, model="m") as hub:
+        await hub.open_session("s")
+        store.fail_appends = 1
+        result = await (await hub.submit("s", "q", request_id=RequestId("r"))).outcome()
+        assert result.kind == "rejected" and result.reason == "store_error"
+        again = await (await hub.submit("s", "q", request_id=RequestId("r2"))).outcome()
+        assert again.kind == "committed"
+    tags = [type(e).__name__ for e in await events_of(store, "s")]
+    assert tags == ["SessionStarted", "TurnSubmitted", "StreamStarted", "TurnCommitted"]
 
 
 async def test_a_provider_bug_in_answer_now_ends_the_turn_not_the_hub() -> None:

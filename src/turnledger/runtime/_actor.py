@@ -425,12 +425,27 @@ def _fold(
     return (message, ticket, events, state, ())
 
 
+def _request_of(state: Pending | Streaming, request_id: RequestId) -> ChatRequest:
+    """The request the session's state calls for (its current round)."""
+    config = state.config
+    assert config is not None
+    return ChatRequest(
+        request_id,
+        config.model,
+        tuple(request_messages(state)),
+        config.tools,
+        config.tool_choice,
+        state.request.round,
+    )
+
+
 class Actor:
     """One session: its mailbox, its state, its turn in flight."""
 
     __slots__ = (
         "_batch",
         "_debug",
+        "_declined",
         "_ended",
         "_flight",
         "_info",
@@ -466,6 +481,9 @@ class Actor:
         #: The messages of a request the provider answered at once
         #: (:meth:`_answer_at_once`), for the next batch.
         self._inline: list[Item] | None = None
+        #: A turn's first request the provider could not answer at once
+        #: (:meth:`_answer_ahead`): the request task gets this very one.
+        self._declined: ChatRequest | None = None
         #: Tickets of accepted Submits whose turn has not ended, by request id.
         self._waiting: dict[RequestId, list[Ticket]] = {}
         #: When recent turns ended (trio clock), to time late completions.
@@ -773,7 +791,13 @@ class Actor:
                         await self._discard_conflicted()
                 if self._unrecorded is not None:
                     await self._close_unrecorded()
-                steps, events, state = self._decide(batch, log=attempt == 0)
+                steps, events, state = self._decide(batch, self.state, log=attempt == 0)
+                if rt.answer_now is not None and events:
+                    ahead = self._answer_ahead(rt.answer_now, state, events)
+                    if ahead is not None:
+                        more, events_more, state = self._decide(ahead, state, log=attempt == 0)
+                        steps += more
+                        events = events + events_more
                 decided = events
                 if events:
                     # The store's append awaited here rather than in a method
@@ -810,11 +834,12 @@ class Actor:
         )
 
     def _decide(
-        self, batch: Sequence[Item], *, log: bool
+        self, batch: Sequence[Item], state: SessionState, *, log: bool
     ) -> tuple[list[_Step], list[Event], SessionState]:
+        """Decide ``batch`` from ``state`` (the actor's, or the provisional
+        state of the messages decided before in the same batch)."""
         budget = self.rt.budget
         flight = self._flight
-        state = self.state
         steps: list[_Step] = []
         events: list[Event] = []
         debug = log and self._debug
@@ -1044,33 +1069,62 @@ class Actor:
         rt = self.rt
         flight = self._flight
         state = self.state
+        declined, self._declined = self._declined, None
         if flight is not None and not flight.running and isinstance(state, (Pending, Streaming)):
-            config = state.config
-            assert config is not None
-            request = ChatRequest(
-                flight.request_id,
-                config.model,
-                tuple(request_messages(state)),
-                config.tools,
-                config.tool_choice,
-                state.request.round,
-            )
+            round_ = state.request.round
             flight.running = True
             answer_now = rt.answer_now
-            if answer_now is not None:
-                inline = self._answer_at_once(answer_now, flight, request)
-                if inline is not None:
-                    self._inline = inline
-                    return
+            if (
+                declined is not None
+                and declined.request_id == flight.request_id
+                and declined.round == round_
+            ):
+                # Asked before its question was written, and not answered:
+                # the request task sends it (asked once, not twice).
+                request = declined
+            else:
+                request = _request_of(state, flight.request_id)
+                if answer_now is not None:
+                    inline = self._answer_at_once(answer_now, request)
+                    if inline is not None:
+                        self._inline = inline
+                        return
             worker = self._worker
             if worker is None or not worker.give(flight, request):
                 worker = self._worker = _Worker(flight, request)
                 rt.nursery.start_soon(self._work, worker, name="turnledger.request")
 
+    def _answer_ahead(
+        self,
+        answer_now: Callable[[ChatRequest], Completion | None],
+        state: SessionState,
+        events: Sequence[Event],
+    ) -> list[Item] | None:
+        """The answer at once of the turn this batch submits, to decide and
+        append with its question (one append, one batch per turn).
+
+        Only a turn's first request, asked while its question is not yet
+        written: ``answer_now`` has no effect outside the provider (the
+        port says so), so an answer whose question the store then refuses
+        is one nobody saw. Retries and tool rounds go out after the append
+        (:meth:`_send_if_due`). ``None``: no such turn, or no answer at once
+        (the request task then sends this very request).
+        """
+        last = events[-1]
+        if type(last) is not TurnSubmitted or not isinstance(state, Pending):
+            return None
+        rid = last.request_id
+        if state.request.request_id != rid or state.request.round != 0:
+            return None
+        request = _request_of(state, rid)
+        items = self._answer_at_once(answer_now, request)
+        if items is None:
+            self._declined = request
+        return items
+
     def _answer_at_once(
         self,
         answer_now: Callable[[ChatRequest], Completion | None],
-        flight: _Flight,
         request: ChatRequest,
     ) -> list[Item] | None:
         """Ask the provider to answer ``request`` at once (:class:`AnswersAtOnce`).
@@ -1078,10 +1132,10 @@ class Actor:
         Returns the messages its request task would have sent (the stream
         began, then the result), or ``None``: the request goes to the
         request task. Why: a turn through the request task costs the
-        worker's wake-up, its two reports and a second wake-up of the
-        actor; an answer that needs no wait costs none of them.
+        worker's wake-up, its two reports, a second wake-up of the actor
+        and a second append; an answer that needs no wait costs none of them.
         """
-        rid = flight.request_id
+        rid = request.request_id
         try:
             completion = answer_now(request)
         except ProviderError as exc:
@@ -1090,7 +1144,7 @@ class Actor:
         except Exception as exc:
             # As from complete(): a provider bug ends the turn, not the hub,
             # and only the type of its message is kept.
-            flight.log.error("request_error", error=type(exc).__name__)
+            self._log.error("request_error", request_id=rid, error=type(exc).__name__)
             failure = Failure("provider_error", type(exc).__name__)
             return [(Failed(rid, failure, request.round), None)]
         if completion is None:
