@@ -173,6 +173,7 @@ class _Flight:
         "scope",
         "scopes",
         "tickets",
+        "timed",
         "timed_out",
         "tools_running",
     )
@@ -199,6 +200,8 @@ class _Flight:
         self.ended = False
         #: Its Timeout is on its way to the mailbox (or in the batch).
         self.timed_out = False
+        #: The hub's timers know it (since its first request went out).
+        self.timed = False
         #: Its timer found it expired but the mailbox full: the actor reads
         #: the clock itself before it waits again.
         self.missed = False
@@ -1073,6 +1076,9 @@ class Actor:
         if flight is not None and not flight.running and isinstance(state, (Pending, Streaming)):
             round_ = state.request.round
             flight.running = True
+            if not flight.timed:
+                flight.timed = True
+                rt.timers.add(flight)
             answer_now = rt.answer_now
             if (
                 declined is not None
@@ -1178,7 +1184,9 @@ class Actor:
             deadline = now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
             flight = self._flight = _Flight(self, ev.request_id, deadline, now)
             flight.tickets = self._waiting.get(ev.request_id, [])
-            self.rt.timers.add(flight)
+            # Timed once its request goes out (_send_if_due), in this same
+            # step: a turn answered at once with its question never is, and
+            # the timers' heap does not keep it alive after it ended.
 
     def _on_tools_requested(
         self, msg: Message | None, ev: ToolCallsRequested, after: SessionState, now: float
