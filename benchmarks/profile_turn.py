@@ -10,10 +10,10 @@ provider, MemoryStore, logs filtered) and prints, per turn:
 - CPU time (``time.process_time``) against ``decide``/``evolve`` alone, and
   the share of it the cyclic GC took (``gc.callbacks``), by generation;
 - a deterministic profile (``cProfile``) of one run, its own time grouped by
-  where the code lives: the pure core, the runtime, the store, trio, the
-  GC-heavy allocations cannot be told apart there (cProfile bills a
-  collection to whichever function allocated), so the GC figure above is
-  the one to read for it.
+  where the code lives: the pure core, the runtime, the store, trio. The
+  GC's time cannot be told apart there (cProfile bills a collection to
+  whichever function allocated), so the GC figure above is the one to read
+  for it.
 
 cProfile slows Python calls down unevenly; its shares are a map, the CPU
 figures above it are the measure. ``benchmarks/profile_turn.md`` keeps the
