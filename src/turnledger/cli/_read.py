@@ -249,7 +249,6 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
         )
     for sid, events in streams.items():
         summary = session_summary(sid, events)
-        summary["subject"] = subject_of(events)
         lease = owners.get(sid) if owners is not None else None
         if args.json:
             if owners is not None:
