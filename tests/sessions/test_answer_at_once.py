@@ -158,3 +158,21 @@ async def test_a_script_that_streams_goes_through_complete() -> None:
     assert provider.completes == 0
     assert streaming.completes == 1 and len(streaming.requests) == 1  # the script ran once
     assert result.kind == "committed" and result.answer == "streamed"
+
+
+async def test_a_cancel_queued_before_a_retry_answered_at_once_comes_first() -> None:
+    # A retry goes out after its TurnRetried is written; answered at once,
+    # its messages come after whatever was queued meanwhile, as a request
+    # task's would: the cancel wins and the answer is a late completion.
+    store = HookedStore()
+    provider = Counted(script, at_once=True)
+    async with open_hub(store, provider, model="m", context_window=100_000) as hub:
+        for question in ("one", "two", "three"):  # turns a retry can drop
+            assert (await (await hub.submit("s", question)).outcome()).kind == "committed"
+        store.before("turn_retried", lambda: hub.cancel("s"))
+        turn = await hub.submit("s", "long question", request_id=RequestId("r"))
+        result = await turn.outcome()
+    assert result.kind == "discarded" and result.reason == "cancelled"
+    tags = [type(e).__name__ for e in await events_of(store, "s")]
+    assert tags[-4:] == ["TurnSubmitted", "TurnRetried", "TurnDiscarded", "CompletionIgnored"]
+    assert provider.completes == 0
