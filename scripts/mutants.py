@@ -34,6 +34,7 @@ class Mutant(NamedTuple):
 
 
 _CW = "tests/core/test_context_window.py::"
+_AT_ONCE = "tests/sessions/test_answer_at_once.py::"
 MUTANTS = (
     Mutant(
         "after an overflow the cap is 4/5 of the failed estimate, not 3/4",
@@ -117,6 +118,27 @@ MUTANTS = (
         "per_message: int = attrs.field(default=4,",
         "per_message: int = attrs.field(default=5,",
         (_CW + "test_submitted_records_the_estimate_of_the_request_sent",),
+    ),
+    Mutant(
+        "an answer at once goes before the messages queued while it was asked",
+        "src/turnledger/runtime/_actor.py",
+        "batch = mailbox.receive_nowait(MAX_BATCH)\n                batch += inline",
+        "batch = inline + mailbox.receive_nowait(MAX_BATCH)",
+        (_AT_ONCE + "test_a_cancel_queued_before_a_retry_answered_at_once_comes_first",),
+    ),
+    Mutant(
+        "a question answered at once is appended apart from its answer",
+        "src/turnledger/runtime/_actor.py",
+        "if rt.answer_now is not None and events:",
+        "if False:",
+        (_AT_ONCE + "test_a_question_answered_at_once_is_one_append",),
+    ),
+    Mutant(
+        "the answer at once is folded into the state but not appended",
+        "src/turnledger/runtime/_actor.py",
+        "events = events + events_more",
+        "events = list(events)",
+        (_AT_ONCE + "test_the_log_is_the_same_with_and_without_the_answer_at_once",),
     ),
 )
 

@@ -33,9 +33,9 @@ PUBLIC: dict[str, str] = {
         "session_hash"
     ),
     "turnledger.sessions": (
-        "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AwaitingTools Budget Cancel "
-        "CharTokenEstimator ChatMessage ChatRequest Committed CommittedResult Completed "
-        "Completion DescribesModels Discarded DiscardedResult Ending Endings Failed "
+        "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AnswersAtOnce AwaitingTools "
+        "Budget Cancel CharTokenEstimator ChatMessage ChatRequest Committed CommittedResult "
+        "Completed Completion DescribesModels Discarded DiscardedResult Ending Endings Failed "
         "Failure History Hub HubStatistics Idle InFlight Interrupt JsonChatEncoder "
         "Message ModelInfo Pending Plan Provider RejectedResult RequestEncoder "
         "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink "

@@ -17,7 +17,7 @@ import trio
 
 from ..events import EventStore
 from ..sessions._messages import Start
-from ..sessions._ports import Provider
+from ..sessions._ports import AnswersAtOnce, ChatRequest, Completion, Provider
 from ..sessions._projection import Budget, TokenEstimator
 from ..sessions._tools import Tool
 from ._timers import Timers
@@ -140,3 +140,14 @@ class Runtime(Generic[A]):
 
     #: What the provider said about each model's window.
     windows: WindowCache = attrs.field(factory=WindowCache)
+    #: The provider's ``answer_now`` (:class:`AnswersAtOnce`), looked up once:
+    #: the actor asks it before it hands a request to its request task.
+    answer_now: Callable[[ChatRequest], Completion | None] | None = attrs.field(
+        init=False,
+        default=attrs.Factory(
+            lambda self: (
+                self.provider.answer_now if isinstance(self.provider, AnswersAtOnce) else None
+            ),
+            takes_self=True,
+        ),
+    )
