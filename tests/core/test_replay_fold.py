@@ -325,3 +325,30 @@ def test_without_session_started_nothing_is_folded() -> None:
     rows = _rows([_ev("sub", "r1"), _ev("start", "r1")])
     assert fast(rows) == reference(rows)
     assert fast(rows)[0] is ReplayError
+
+
+def test_history_extend_and_record_all_are_repeated_append_and_record() -> None:
+    from turnledger.sessions._history import Ending, Endings, History, Turn
+
+    turns = [Turn(RequestId(f"r{i}"), "q", "a") for i in range(5)]
+    base = History(turns[:2])
+    branch = base.append(turns[4])  # base is no longer the newest view
+    one_by_one = base
+    for t in turns[2:]:
+        one_by_one = one_by_one.append(t)
+    assert base.extend(turns[2:]) == one_by_one and len(base) == 2 and len(branch) == 3
+    assert list(branch) == [*turns[:2], turns[4]]
+
+    pairs = [(RequestId(f"r{i}"), Ending("committed", answer=str(i))) for i in range(4)]
+    e = Endings().record(*pairs[0])
+    older = e.record(RequestId("x"), Ending("rejected"))
+    recorded = e
+    for p in pairs[1:]:
+        recorded = recorded.record(*p)
+    assert e.record_all(pairs[1:]) == recorded
+    assert older.get(RequestId("x")) is not None and e.get(RequestId("x")) is None
+    assert e.record_all(pairs[1:]).get(RequestId("r3")) == pairs[3][1]
+    with pytest.raises(ValueError, match="already ended"):
+        e.record_all(pairs[:2])
+    with pytest.raises(ValueError, match="repeats"):
+        e.record_all([pairs[1], pairs[1]])

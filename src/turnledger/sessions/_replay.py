@@ -69,6 +69,7 @@ _FAST_TAGS: Final = {
     "turn_committed": (1, _COMMITTED),
 }
 _USAGE_KEYS: Final = ("prompt_tokens", "completion_tokens", "total_tokens")
+_NO_USAGE: Final = object()  # a key absent (None is a value)
 
 
 def _phases_where(event: type[Any], target: type[Any]) -> frozenset[type[Any]]:
@@ -154,16 +155,16 @@ class StateDecoder:
         # tuples were written for: any other version is the codec's to decode
         # (and upcast).
         self._fast = {
-            tag: code
+            tag: (version, code)
             for tag, (version, code) in _FAST_TAGS.items()
             if codec.versions.get(tag) == version
         }
 
     def decode(self, stored: StoredEvent) -> Item:
         """The item of an envelope whose payload is already parsed."""
-        code = self._fast.get(stored.tag)
-        if code is not None and stored.schema_version == _FAST_TAGS[stored.tag][0]:
-            item = _light(code, stored.payload)
+        entry = self._fast.get(stored.tag)
+        if entry is not None and stored.schema_version == entry[0]:
+            item = _light(entry[1], stored.payload)
             if item is not None:
                 return item
         return self._codec.decode(stored)
@@ -178,24 +179,71 @@ class StateDecoder:
                 codec, which decodes every row the tuples do not take).
             UnknownEventTag, CodecError: as the codec's ``decode_rows``.
         """
+        # _light inlined, and the common order of checks: this loop runs
+        # once per event of every session replayed.
         fast = self._fast
         loads = fast_loads
         decode_rows = self._codec.decode_rows
-        light = _light
         out: list[Item] = []
         append = out.append
         for row in rows:
-            code = fast.get(row[1])
-            if code is not None and row[2] == _FAST_TAGS[row[1]][0]:
+            entry = fast.get(row[1])
+            if entry is not None and entry[0] == row[2]:
                 try:
-                    item = light(code, loads(row[3]))
+                    p = loads(row[3])
                 except ValueError:
-                    item = None  # not JSON to orjson: the codec decides
-                if item is not None:
-                    append(item)
-                    continue
+                    p = None  # not JSON to orjson: the codec decides
+                if type(p) is dict:
+                    code = entry[1]
+                    get = p.get
+                    rid = get("request_id")
+                    if type(rid) is not str:
+                        pass
+                    elif code == _COMMITTED:
+                        answer = get("answer")
+                        finish = get("finish_reason")
+                        usage = get("usage", _NO_USAGE)
+                        if (
+                            len(p) == 4
+                            and type(answer) is str
+                            and type(finish) is str
+                            and (usage is None or _usage_ok(usage))
+                        ):
+                            append((_COMMITTED, rid, answer, finish, usage))
+                            continue
+                    elif code == _STARTED:
+                        if len(p) == 1:
+                            append((_STARTED, rid))
+                            continue
+                    else:
+                        question = get("question")
+                        sent = get("turns_sent")
+                        dropped = get("turns_dropped")
+                        size = get("request_bytes")
+                        est = get("estimated_prompt_tokens", _NO_USAGE)
+                        if (
+                            len(p) == 6
+                            and type(question) is str
+                            and type(sent) is int
+                            and type(dropped) is int
+                            and type(size) is int
+                            and (est is None or type(est) is int)
+                        ):
+                            append((_SUBMITTED, rid, question, sent, dropped, size, est))
+                            continue
             append(decode_rows(session_id, [row])[0])
         return out
+
+
+def _usage_ok(usage: Any) -> bool:
+    """A usage dict of exactly the three keys, each an integer or null."""
+    if type(usage) is not dict or len(usage) != 3:
+        return False
+    for key in _USAGE_KEYS:
+        v = usage.get(key, _NO_USAGE)
+        if v is not None and type(v) is not int:
+            return False
+    return True
 
 
 def _event(item: Item) -> Event:
@@ -239,6 +287,11 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
     # tuple (its InFlight is built only if a state is).
     submitted: tuple[Any, ...] | None = None
     current = None if request is None else request.request_id
+    # Turns and endings committed by the fast path, not yet in `turns` and
+    # `endings` (added at once when a state is built).
+    new_turns: list[Turn] = []
+    new_endings: list[tuple[RequestId, Ending]] = []
+    new_ids: set[str] = set()
     window = config.policy.max_turns if config and isinstance(config.policy, Window) else 0
     for item in items:
         if type(item) is tuple:
@@ -252,13 +305,14 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
                         assert request is not None
                         question, turns_sent = request.question, request.turns_sent
                         est, rounds = request.estimated_prompt_tokens, request.rounds
-                    n = len(turns)
+                    n = len(turns) + len(new_turns)
                     answer = item[2]
                     rid: Any = current
-                    turns = turns.append(Turn(rid, question, answer, rounds))
+                    new_turns.append(Turn(rid, question, answer, rounds))
                     if window:
                         context_start = max(n - turns_sent, n + 1 - window)
-                    endings = endings.record(rid, Ending("committed", "", "", answer))
+                    new_endings.append((rid, Ending("committed", "", "", answer)))
+                    new_ids.add(rid)
                     u = item[4]
                     if u is not None and est:
                         calibration = calibration_after(calibration, est, u["prompt_tokens"])
@@ -269,7 +323,12 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
                     dirty = True
                     continue
             elif code == _SUBMITTED:
-                if phase in _SUBMIT_FROM and config is not None and item[1] not in endings:
+                if (
+                    phase in _SUBMIT_FROM
+                    and config is not None
+                    and item[1] not in endings
+                    and item[1] not in new_ids
+                ):
                     submitted = item
                     request = None
                     last_rid = current = item[1]
@@ -287,6 +346,9 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
             if submitted is not None:
                 request = _in_flight(submitted)
                 submitted = None
+            if new_turns:
+                turns, endings = turns.extend(new_turns), endings.record_all(new_endings)
+                new_turns, new_endings, new_ids = [], [], set()
             s = _build(
                 phase,
                 config,
@@ -318,6 +380,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
     if dirty:
         if submitted is not None:
             request = _in_flight(submitted)
+        if new_turns:
+            turns, endings = turns.extend(new_turns), endings.record_all(new_endings)
         s = _build(
             phase,
             config,
