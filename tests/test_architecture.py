@@ -33,7 +33,12 @@ def _modules(folder: str, *, recursive: bool = False) -> list[str]:
 
 
 #: The folders of the pure core: every module in them, by glob.
-PURE_FOLDERS = ["turnledger.events", "turnledger.sessions", "turnledger.wire"]
+PURE_FOLDERS = [
+    "turnledger.events",
+    "turnledger.sessions",
+    "turnledger.wire",
+    "turnledger.timeline",
+]
 #: Where the trio runtime of sessions lives (allowed trio and structlog).
 RUNTIME = "turnledger.runtime"
 #: The package files that load the runtime lazily, on first use (checked by
@@ -70,6 +75,7 @@ def test_the_folders_hold_what_the_tree_says() -> None:
     # the runtime really is a subpackage of its own.
     assert "turnledger.sessions._machine" in PURE
     assert "turnledger.events.codec" in PURE
+    assert "turnledger.timeline._rows" in PURE
     assert "turnledger.wire._sse" in PURE and "turnledger.wire._openai_chunks" in PURE
     runtime = _modules(RUNTIME)
     assert f"{RUNTIME}._hub" in runtime and f"{RUNTIME}._actor" in runtime

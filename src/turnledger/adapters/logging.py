@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from typing import TextIO
 
 import structlog
@@ -20,7 +21,11 @@ __all__ = ["configure_logging"]
 
 
 def configure_logging(
-    *, json: bool | None = None, verbosity: int = 0, stream: TextIO | None = None
+    *,
+    json: bool | None = None,
+    verbosity: int = 0,
+    stream: TextIO | None = None,
+    processors: Sequence[structlog.types.Processor] = (),
 ) -> None:
     """Send structlog output to ``stream`` (stderr by default).
 
@@ -31,6 +36,10 @@ def configure_logging(
             line per mailbox message (debug) from 1. A console is meant for a
             person reading a transcript beside it: warnings only at 0, the
             transitions at 1, every message from 2.
+        processors: run on every line that passes the level, once its
+            context and ``level`` are in, before the time stamp and the
+            rendering: to note a line or drop it (``structlog.DropEvent``);
+            the command line keeps there what a command says in its own words.
     """
     out = stream or sys.stderr
     if json is None:
@@ -48,6 +57,7 @@ def configure_logging(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
+            *processors,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,

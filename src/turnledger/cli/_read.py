@@ -13,13 +13,13 @@ import attrs
 
 from ..adapters.stores import PostgresStore, SessionLease
 from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
-from ..sessions import SessionState, Turn, replay
+from ..sessions import SessionState, Turn, replay, subject_of
 from ..sessions._replay import Item, StateDecoder, fold_items
+from ..timeline import phase_name, session_summary, timeline
 from ._args import at_least, text_arg
 from ._display import fmt_time, print_json, visible
 from ._errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit
 from ._stores import open_to_read
-from ._timeline import phase_name, session_summary, timeline
 
 __all__ = ["add_read_parsers"]
 
@@ -185,9 +185,13 @@ async def _cmd_log(args: argparse.Namespace) -> int:
         await store.aclose()
     shown = 0
     for sid, events in streams.items():
-        rows = timeline(events)
+        # The session's rows, each event of each a line (log order).
+        session = timeline(sid, events)
         if args.request:
-            rows = [r for r in rows if r.request_id and r.request_id.startswith(args.request)]
+            wanted = [r for r in session.rows if r.request_id.startswith(args.request)]
+            rows = sorted((s for r in wanted for s in r.steps), key=lambda s: s.seq)
+        else:
+            rows = session.steps()
         if not rows:
             continue
         if not args.json:
@@ -232,6 +236,10 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
     owners: dict[str, SessionLease] | None = None
     try:
         streams = await _load(store, None)
+        if args.subject is not None:
+            streams = {s: e for s, e in streams.items() if subject_of(e) == args.subject}
+            if not streams:
+                raise Exit(EXIT_NOT_FOUND, f"no session of subject {visible(args.subject)!r}")
         if isinstance(store, PostgresStore):  # the store that has owners
             owners = {lease.session_id: lease for lease in await store.owners()}
     finally:
@@ -340,4 +348,6 @@ def add_read_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     ss.add_argument("db", metavar="DB", help=_DB_HELP)
     ss.add_argument("--json", action="store_true", help="one JSON object per session")
+    ss.add_argument("--subject", type=text_arg, help="only the sessions of this subject "
+                    "(whom they belong to; see 'turnledger erase --subject')")  # fmt: skip
     ss.set_defaults(run=_cmd_sessions)

@@ -54,7 +54,7 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -67,6 +67,7 @@ from .._errors import (
     ProviderError,
     SessionClosed,
     SessionOwnedElsewhere,
+    StoreCapReached,
     StoreCorrupted,
     StoreError,
     describe_store_error,
@@ -77,9 +78,12 @@ from ..events import (
     CompletionIgnored,
     Event,
     RequestId,
+    SessionStarted,
     StoredEvent,
+    StreamStarted,
     ToolCall,
     ToolCallsRequested,
+    ToolResultRecorded,
     ToolRoundSubmitted,
     TurnCommitted,
     TurnDiscarded,
@@ -126,7 +130,7 @@ from ._log import bind_request_id, get_logger, is_enabled, message_fields, trans
 from ._mailbox import Mailbox
 from ._tickets import Ticket
 
-__all__ = ["KEEP_REQUEST_TASK", "Actor", "Item"]
+__all__ = ["EFFECTS", "KEEP_REQUEST_TASK", "Actor", "Item"]
 
 _logger = get_logger()
 
@@ -147,6 +151,10 @@ RETRY_MAX: Final = 5.0
 
 #: What a mailbox carries: a message, and the caller's ticket for a Submit.
 Item: TypeAlias = tuple[Message, Ticket | None]
+
+#: An entry of :data:`EFFECTS`: ``(actor, message, event, state after the
+#: step, now)``; the event is of the type the entry is keyed by.
+_Effect: TypeAlias = Callable[["Actor", "Message | None", Any, "SessionState", float], None]
 
 
 class _Flight:
@@ -425,6 +433,7 @@ class Actor:
         "_batch",
         "_debug",
         "_ended",
+        "_erasing",
         "_flight",
         "_info",
         "_log",
@@ -469,6 +478,9 @@ class Actor:
         #: When the actor last came to rest (trio clock); None while in flight.
         self.idle_since: float | None = None
         self._stop = False
+        #: Stopping because the session is being erased: nothing more is
+        #: written, and the turn in flight ends as ``erased``.
+        self._erasing = False
         #: The store may hold events this state has not seen (a cancelled
         #: append, a conflict): read before writing again.
         self._unsynced = False
@@ -487,10 +499,22 @@ class Actor:
     def in_flight(self) -> bool:
         return self._flight is not None
 
+    @property
+    def busy(self) -> bool:
+        """A turn in flight, or a batch being handled (a retention run must
+        leave such a session alone: its actor may itself be waiting for room)."""
+        return self._flight is not None or bool(self._batch)
+
     def request_stop(self) -> None:
         """Stop after the current batch (the hub is closing)."""
         self._stop = True
         self.poke()
+
+    def request_erase(self) -> None:
+        """Stop at once, writing nothing more: the session is being erased
+        (its turn in flight, if any, ends as ``erased``)."""
+        self._erasing = True
+        self.request_stop()
 
     def retire_request_task(self) -> None:
         """Let the request task go (the session is idle): it stops where it
@@ -601,7 +625,7 @@ class Actor:
         self.idle_since = trio.current_time()
         while True:
             if self._stop:
-                return "hub_closed"
+                return "erased" if self._erasing else "hub_closed"
             flight = self._flight
             # At rest, and in flight too, a plain wait: no cancel scope and
             # no timer. The hub's janitor pokes actors idle for too long; its
@@ -654,7 +678,7 @@ class Actor:
         self.mailbox.close()
         interrupted, self._batch = self._batch, ()
         try:
-            if registered and error is None:
+            if registered and error is None and why != "erased":
                 try:
                     if self._unsynced:
                         await self._reload()
@@ -693,8 +717,11 @@ class Actor:
                     f"{type(error).__name__}: {error}"
                 )
                 gone.__cause__ = error
+            if why == "erased":
+                gone = SessionClosed(f"session {sid!r} was erased")
+                self._end_erased()
             for _, ticket in (*interrupted, *queued):
-                if ticket is not None:
+                if ticket is not None and not ticket.done:
                     ticket.fail(gone)
             for tickets in self._waiting.values():
                 for ticket in tickets:
@@ -713,6 +740,19 @@ class Actor:
                     rt.counters.actors_passivated += 1
                 self._log.debug("actor_stopped", why=why, version=self.state.version)
                 rt.routing.stopped(self)
+
+    def _end_erased(self) -> None:
+        """The session is being erased: its turn in flight ends as
+        ``erased`` for whoever waits for it (nothing is written: every
+        event of the session is about to go)."""
+        flight = self._flight
+        for rid, tickets in self._waiting.items():
+            preview = flight.chars if flight is not None and flight.request_id == rid else 0
+            result = DiscardedResult(rid, "erased", "the session was erased", preview)
+            for ticket in tickets:
+                if not ticket.done:
+                    ticket.resolve(result)
+        self._waiting.clear()
 
     def _adopt(self, request_id: RequestId, ticket: Ticket) -> None:
         ending = ending_of(self.state, request_id)
@@ -740,6 +780,7 @@ class Actor:
             # Only the late_completion line (info) tells it.
             self._received_at = trio.current_time()
         conflicted = False
+        room_made = False
         for attempt in range(MAX_CONFLICTS + 1):
             decided: list[Event] | None = None
             try:
@@ -772,6 +813,13 @@ class Actor:
             except StoreError as exc:
                 if recovering or not _survivable(exc):
                     raise
+                if isinstance(exc, StoreCapReached) and not room_made:
+                    # The store's cap: the hub's retention may make room
+                    # (erasing idle sessions, trimming old turns); once.
+                    room_made = True
+                    make_room = rt.make_room
+                    if make_room is not None and await make_room(self.session_id):
+                        continue
                 await self._store_failed(batch, decided, exc)
                 self._batch = ()
                 return trio.current_time()
@@ -913,7 +961,10 @@ class Actor:
             rid = msg.request_id
             ending = ending_of(state, rid)
             if ending is None:
-                ticket.resolve(RejectedResult(rid, "store_error", detail))
+                # The store's own cap, with no room to be made: the session
+                # cannot fit (``limit``); anything else is ``store_error``.
+                reason = "limit" if isinstance(exc, StoreCapReached) else "store_error"
+                ticket.resolve(RejectedResult(rid, reason, detail))
             elif ending.kind == "in_flight":
                 self._wait_for(rid, ticket)  # resolved with its turn, below or later
             else:
@@ -982,10 +1033,14 @@ class Actor:
     # -- effects -----------------------------------------------------------
 
     def _effects(self, steps: Sequence[_Step], now: float) -> None:
-        """Act on the steps of a batch once recorded; ``now`` is the trio clock."""
-        rt = self.rt
-        waiting = self._waiting
-        received = self._received_at
+        """Act on the steps of a batch once recorded; ``now`` is the trio clock.
+
+        What each event asks of the actor is looked up in :data:`EFFECTS`
+        by the event's exact type (events are never subclassed: the codec
+        could not have written one), as the machine looks its transitions up.
+        """
+        # (A local: the table is looked up once a batch, not once an event.)
+        effects = EFFECTS
         for msg, ticket, events, after, logged in steps:
             if ticket is not None and isinstance(msg, Submit):
                 self._wait_for(msg.request_id, ticket)
@@ -998,64 +1053,22 @@ class Actor:
                         **{"from": t.before, "to": t.after},
                         **transition_fields(ev),
                     )
-                # Events are never subclassed (the codec could not have
-                # written one): the exact type is compared, as the codec does.
-                if type(ev) is TurnSubmitted:
-                    if isinstance(msg, Submit) and msg.request_id == ev.request_id:
-                        cfg = rt.config
-                        deadline = (
-                            now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
-                        )
-                        self._flight = _Flight(self, ev.request_id, deadline, now)
-                        self._flight.tickets = waiting.get(ev.request_id, [])
-                        rt.timers.add(self._flight)
-                elif type(ev) is ToolCallsRequested:
-                    flight = self._flight
-                    if flight is not None and flight.request_id == ev.request_id:
-                        flight.running = False
-                        self._start_tools(flight, ev.calls)
-                elif type(ev) is ToolRoundSubmitted:
-                    flight = self._flight
-                    if flight is not None and flight.request_id == ev.request_id:
-                        flight.round = ev.round
-                        flight.last_activity = now
-                        rt.timers.add(flight)  # the idle clock runs again
-                elif type(ev) is TurnRetried:
-                    flight = self._flight
-                    if flight is not None and flight.request_id == ev.request_id:
-                        # The same turn goes out again, with the smaller
-                        # projection: a new request task (in a scope of its own).
-                        flight.running = False
-                elif type(ev) is TurnCommitted:
-                    self._turn_ended(
-                        ev.request_id,
-                        CommittedResult(ev.request_id, ev.answer, ev.finish_reason, ev.usage),
-                        now,
-                    )
-                elif type(ev) is TurnDiscarded:
-                    self._turn_ended(
-                        ev.request_id,
-                        DiscardedResult(ev.request_id, ev.reason, ev.detail, ev.preview_chars),
-                        now,
-                    )
-                elif type(ev) is TurnRejected:
-                    self._resolve(
-                        ev.request_id, RejectedResult(ev.request_id, ev.reason, ev.detail)
-                    )
-                elif type(ev) is CompletionIgnored:
-                    ended = self._ended.get(ev.request_id) if self._ended else None
-                    self._msg_log().info(
-                        "late_completion",
-                        request_id=ev.request_id,
-                        outcome=ev.outcome,
-                        delay_s=None if ended is None else max(received - ended, 0.0),
-                        in_flight=current_request(after),
-                    )
+                effect = effects[type(ev)]
+                # (None: nothing to do, and no call made for it: StreamStarted
+                # is one of these, and every streamed turn records one.)
+                if effect is not None:
+                    effect(self, msg, ev, after, now)
             if not events and ticket is not None and isinstance(msg, Submit):
                 # A request id seen before: a client retry, never recorded twice.
                 ending = ending_of(after, msg.request_id)
                 if ending is not None and ending.kind != "in_flight":
                     self._resolve(msg.request_id, result_of(msg.request_id, ending))
+        self._send_if_due()
+
+    def _send_if_due(self) -> None:
+        """Hand the request of the turn in flight to the request task, if the
+        recorded events call for one (a new turn, a tool round, a retry)."""
+        rt = self.rt
         flight = self._flight
         state = self.state
         if flight is not None and not flight.running and isinstance(state, (Pending, Streaming)):
@@ -1074,6 +1087,77 @@ class Actor:
             if worker is None or not worker.give(flight, request):
                 worker = self._worker = _Worker(flight, request)
                 rt.nursery.start_soon(self._work, worker, name="turnledger.request")
+
+    # Each effect below takes ``(message, event, state after the step, now)``:
+    # the message the event was decided from (None when it was read back from
+    # the store or stated by the actor), and the trio clock.
+
+    def _on_submitted(
+        self, msg: Message | None, ev: TurnSubmitted, after: SessionState, now: float
+    ) -> None:
+        # Only a turn this actor decided goes out from here (one read back
+        # from the store belongs to whoever wrote it).
+        if isinstance(msg, Submit) and msg.request_id == ev.request_id:
+            cfg = self.rt.config
+            deadline = now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
+            flight = self._flight = _Flight(self, ev.request_id, deadline, now)
+            flight.tickets = self._waiting.get(ev.request_id, [])
+            self.rt.timers.add(flight)
+
+    def _on_tools_requested(
+        self, msg: Message | None, ev: ToolCallsRequested, after: SessionState, now: float
+    ) -> None:
+        flight = self._flight
+        if flight is not None and flight.request_id == ev.request_id:
+            flight.running = False
+            self._start_tools(flight, ev.calls)
+
+    def _on_round_submitted(
+        self, msg: Message | None, ev: ToolRoundSubmitted, after: SessionState, now: float
+    ) -> None:
+        flight = self._flight
+        if flight is not None and flight.request_id == ev.request_id:
+            flight.round = ev.round
+            flight.last_activity = now
+            self.rt.timers.add(flight)  # the idle clock runs again
+
+    def _on_retried(
+        self, msg: Message | None, ev: TurnRetried, after: SessionState, now: float
+    ) -> None:
+        flight = self._flight
+        if flight is not None and flight.request_id == ev.request_id:
+            # The same turn goes out again, with the smaller projection: a
+            # new request task (in a scope of its own).
+            flight.running = False
+
+    def _on_committed(
+        self, msg: Message | None, ev: TurnCommitted, after: SessionState, now: float
+    ) -> None:
+        result = CommittedResult(ev.request_id, ev.answer, ev.finish_reason, ev.usage)
+        self._turn_ended(ev.request_id, result, now)
+
+    def _on_discarded(
+        self, msg: Message | None, ev: TurnDiscarded, after: SessionState, now: float
+    ) -> None:
+        result = DiscardedResult(ev.request_id, ev.reason, ev.detail, ev.preview_chars)
+        self._turn_ended(ev.request_id, result, now)
+
+    def _on_rejected(
+        self, msg: Message | None, ev: TurnRejected, after: SessionState, now: float
+    ) -> None:
+        self._resolve(ev.request_id, RejectedResult(ev.request_id, ev.reason, ev.detail))
+
+    def _on_ignored(
+        self, msg: Message | None, ev: CompletionIgnored, after: SessionState, now: float
+    ) -> None:
+        ended = self._ended.get(ev.request_id) if self._ended else None
+        self._msg_log().info(
+            "late_completion",
+            request_id=ev.request_id,
+            outcome=ev.outcome,
+            delay_s=None if ended is None else max(self._received_at - ended, 0.0),
+            in_flight=current_request(after),
+        )
 
     def _start_tools(self, flight: _Flight, calls: Sequence[ToolCall]) -> None:
         tools = self.rt.tools_of(self.session_id)
@@ -1238,3 +1322,24 @@ class Actor:
 
     def _phase(self) -> str:
         return type(self.state).__name__
+
+
+#: What the actor does once an event is recorded, by the event's exact type
+#: (:meth:`Actor._effects`), like the machine's own tables: every event type
+#: the machine can emit has an entry, ``None`` where the recorded state is
+#: all there is to it (the session starting, a stream starting, a tool result,
+#: whose tool task already ended). tests/sessions/test_effects_table.py checks
+#: that no event type is missing.
+EFFECTS: Final[Mapping[type[Event], _Effect | None]] = {
+    SessionStarted: None,
+    TurnSubmitted: Actor._on_submitted,
+    TurnRetried: Actor._on_retried,
+    TurnRejected: Actor._on_rejected,
+    StreamStarted: None,
+    TurnCommitted: Actor._on_committed,
+    TurnDiscarded: Actor._on_discarded,
+    CompletionIgnored: Actor._on_ignored,
+    ToolCallsRequested: Actor._on_tools_requested,
+    ToolResultRecorded: None,
+    ToolRoundSubmitted: Actor._on_round_submitted,
+}

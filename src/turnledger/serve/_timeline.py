@@ -1,6 +1,7 @@
-"""The timeline of one session, as data a page draws, and the page itself.
+"""The page that draws one session's timeline.
 
-Pure: stored envelopes in, JSON-able dicts and HTML text out (no trio, no
+The rows come from :mod:`turnledger.timeline` (the same rows ``turnledger
+log`` prints); this module turns them into JSON and HTML text (no trio, no
 HTTP). The browser page served at ``/`` and the static file written by
 ``turnledger log DB --session S --html FILE`` draw the same model with the
 same script, so a bug report shows exactly what the live page showed.
@@ -23,20 +24,9 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from ..events import (
-    DEFAULT_CODEC,
-    CompletionIgnored,
-    EventStore,
-    SessionStarted,
-    StoredEvent,
-    StreamStarted,
-    TurnCommitted,
-    TurnDiscarded,
-    TurnRejected,
-    TurnSubmitted,
-)
-from ..sessions import SessionState, evolve, initial_state, is_in_flight
+from ..events import EventStore, StoredEvent
 from ..text import INVISIBLE_RANGES, visible
+from ..timeline import explain, phase_name, session_summary, timeline
 
 __all__ = [
     "LIVE_PAGE_POLICY",
@@ -49,176 +39,22 @@ __all__ = [
     "timeline_model",
 ]
 
-_DISCARD_WHY = {
-    "cancelled": "the turn was cancelled by an explicit Stop",
-    "superseded": "a newer question replaced it before its answer was complete",
-    "interrupted": "the service stopped or crashed while it was in flight",
-    "http_status": "the model server answered with an HTTP error",
-    "transport": "the connection to the model server failed",
-    "protocol": "the model server broke the chat protocol",
-    "malformed": "the model server sent malformed data",
-    "empty": "the answer was empty",
-    "incomplete_finish": "the answer did not finish with 'stop' (cut off)",
-    "incomplete_stream": "the stream ended before it was complete",
-    "provider_error": "the model server reported an error mid-stream",
-    "limit": "the stream crossed a safety limit",
-    "conflict": "the log moved under the session",
-    "store_error": "the event store could not record its end (a full disk, an I/O error)",
-}
-_TIMEOUT_WHY = {
-    "deadline": "no complete answer arrived within the turn deadline",
-    "idle": "the stream went silent for longer than the idle timeout",
-}
-_REJECT_WHY = {
-    "busy": "another turn of this session was still in flight",
-    "over_budget": "the system prompt and question alone exceed the request budget",
-    "empty_question": "the question was empty",
-    "invalid_question": "the question was not valid Unicode text",
-}
-
-
-def phase_name(state: SessionState) -> str:
-    """``idle``, ``pending``, ``streaming``, ``committed`` or ``discarded``."""
-    return type(state).__name__.lower()
-
-
-def explain(row: dict[str, Any]) -> str:
-    """One sentence telling why a turn is (or is not) in history."""
-    end, reason, detail = row["end"], row["reason"], row["detail"]
-    if end == "committed":
-        return "In history: a complete answer was accepted."
-    if end == "in_flight":
-        return "In flight: not in history unless a complete answer arrives."
-    if end == "rejected":
-        why = _REJECT_WHY.get(reason, reason)
-        return f"Refused before any request was sent: {why}."
-    if reason == "timeout":
-        why = _TIMEOUT_WHY.get(detail, "it timed out")
-    else:
-        why = _DISCARD_WHY.get(reason, reason)
-    if reason == "superseded" and row.get("superseded_by"):
-        why = f"a newer question ({row['superseded_by']}) replaced it"
-    text = f"Not in history: {why}."
-    if row["preview_chars"]:
-        text += f" The {row['preview_chars']} characters shown were only a preview."
-    return text
-
-
-def _row(request_id: str, seq: int, at: float, question: str) -> dict[str, Any]:
-    return {
-        "request_id": request_id,
-        "question": question,
-        "seq": seq,
-        "submitted_at": at,
-        "stream_started_at": None,
-        "ended_at": None,
-        "end": "in_flight",
-        "reason": "",
-        "detail": "",
-        "preview_chars": 0,
-        "answer_chars": 0,
-        "usage": None,
-        "turns_sent": 0,
-        "request_bytes": 0,
-        "late": [],
-        "superseded_by": None,
-        "explanation": "",
-    }
-
 
 def timeline_model(session_id: str, stored: Sequence[StoredEvent]) -> dict[str, Any]:
-    """One row per request id (in order of first appearance), plus history.
-
-    Each row has the times of ``submitted``, ``stream_started`` and the end,
-    how it ended (``committed``/``discarded``/``rejected``/``in_flight``) with
-    reason and detail, preview and answer lengths, token usage, late
-    completions with their delay after the turn ended, the request id that
-    superseded it, and a sentence saying why it is or is not in history.
-    """
-    rows: dict[str, dict[str, Any]] = {}
-    state: SessionState = initial_state()
-    just_superseded: dict[str, Any] | None = None
-    for env in stored:
-        event = DEFAULT_CODEC.decode(env)
-        state = evolve(state, event)
-        at = env.recorded_at
-        if isinstance(event, SessionStarted):
-            continue
-        rid = str(event.request_id)
-        row = rows.get(rid)
-        if isinstance(event, TurnSubmitted):
-            row = rows[rid] = _row(rid, env.seq, at, event.question)
-            row["turns_sent"] = event.turns_sent
-            row["request_bytes"] = event.request_bytes
-            if just_superseded is not None:
-                just_superseded["superseded_by"] = rid
-        elif isinstance(event, TurnRejected):
-            if row is None:
-                row = rows[rid] = _row(rid, env.seq, at, "")
-            row.update(end="rejected", ended_at=at, reason=event.reason, detail=event.detail)
-        elif row is None:
-            continue  # an event for a request this log never saw submitted
-        elif isinstance(event, StreamStarted):
-            row["stream_started_at"] = at
-        elif isinstance(event, TurnCommitted):
-            row.update(end="committed", ended_at=at, reason=event.finish_reason)
-            row["answer_chars"] = len(event.answer)
-            if event.usage is not None:
-                row["usage"] = {
-                    "prompt_tokens": event.usage.prompt_tokens,
-                    "completion_tokens": event.usage.completion_tokens,
-                    "total_tokens": event.usage.total_tokens,
-                }
-        elif isinstance(event, TurnDiscarded):
-            row.update(end="discarded", ended_at=at, reason=event.reason, detail=event.detail)
-            row["preview_chars"] = event.preview_chars
-        elif isinstance(event, CompletionIgnored):
-            ended = row["ended_at"]
-            delay = None if ended is None else max(0.0, at - ended)
-            row["late"].append({"outcome": event.outcome, "at": at, "delay_s": delay})
-        just_superseded = (
-            row if isinstance(event, TurnDiscarded) and event.reason == "superseded" else None
-        )
-    for row in rows.values():
-        row["explanation"] = explain(row)
-    times = [e.recorded_at for e in stored]
-    return {
-        "session_id": session_id,
-        "version": state.version,
-        "phase": phase_name(state),
-        "in_flight": str(state.request.request_id) if is_in_flight(state) else None,  # type: ignore[union-attr]
-        "t0": min(times) if times else None,
-        "t1": max(times) if times else None,
-        "turns": list(rows.values()),
-        "history": [
-            {"request_id": t.request_id, "question": t.question, "answer": t.answer}
-            for t in state.turns
-        ],
-    }
-
-
-def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str, Any]:
-    """A line of the sessions list: turns in history, phase, last outcome."""
-    model = timeline_model(session_id, stored)
-    last = None
-    for row in reversed(model["turns"]):
-        if row["end"] != "in_flight":
-            last = row["end"] if row["end"] == "committed" else f"{row['end']} ({row['reason']})"
-            break
-    return {
-        "session_id": session_id,
-        "events": len(stored),
-        "turns": len(model["history"]),
-        "requests": len(model["turns"]),
-        "phase": model["phase"],
-        "last_outcome": last,
-        "last_recorded_at": model["t1"],
-    }
+    """The session's timeline (:func:`turnledger.timeline.timeline`) as the
+    JSON the page draws and ``GET /v1/sessions/{id}/timeline`` returns: one
+    row per request id (:meth:`turnledger.timeline.Row.as_json`) and the
+    history."""
+    return timeline(session_id, stored).as_json()
 
 
 async def session_page(store: EventStore, session_id: str) -> str | None:
     """The static timeline page of one session (``None`` if it has no events):
-    what ``turnledger log DB --session S --html FILE`` writes."""
+    what ``turnledger log DB --session S --html FILE`` writes.
+
+    Cancellation: only the store read waits; cancelled, it has read nothing
+    and no page is built.
+    """
     stored = await store.read(session_id)
     if not stored:
         return None

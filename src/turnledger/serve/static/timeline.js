@@ -74,6 +74,27 @@
     return out.join(" · ");
   }
 
+  // A request sent again, smaller, after the server refused it.
+  function retryLine(r) {
+    const budget = r.token_budget === null ? "" : ` of ${r.token_budget}`;
+    const why = r.detail ? `${r.reason} (${clip(r.detail, 60)})` : r.reason;
+    return `↻ retried after ${why}: sent again ${r.turns_sent} earlier turns, ${r.turns_dropped} dropped, ` +
+      `${r.request_bytes} bytes, ~${r.estimated_prompt_tokens} tokens${budget}`;
+  }
+
+  // One tool round: each call's name, id and sizes (never its arguments or result).
+  function toolRound(round) {
+    const el = $("div", { class: "tools", "data-round": String(round.round) }, `⚙ tool round ${round.round}:`);
+    for (const c of round.calls) {
+      const result = c.result_bytes === null ? "no result"
+        : `${c.result_bytes} B back, ${c.duration_ms} ms, ${c.is_error ? "error" : "ok"}`;
+      el.append($("span", { class: `tool-call${c.is_error ? " error" : ""}`, "data-call-id": c.call_id, "data-tool": c.name },
+        `${c.name} [${c.call_id}] ${c.argument_bytes} B → ${result}`));
+    }
+    if (round.request_bytes !== null) el.append($("span", { class: "facts" }, `results sent back in ${round.request_bytes} bytes`));
+    return el;
+  }
+
   function renderSession(model, live) {
     const main = document.getElementById("session");
     main.replaceChildren();
@@ -94,6 +115,8 @@
         $("span", { style: "color:var(--discarded)" }, "✗ discarded: not in history"),
         $("span", { style: "color:var(--rejected)" }, "⊘ rejected: never sent"),
         $("span", { style: "color:var(--late)" }, "◆ late answer, ignored"),
+        $("span", { style: "color:var(--retry)" }, "↻ sent again, smaller"),
+        $("span", { style: "color:var(--tool)" }, "⚙ tool round"),
         $("span", { style: "color:#92400e" }, "↷ superseded by a newer question")));
     const tl = $("section", { class: "timeline", id: "timeline" }, $("h3", {}, "Timeline (one row per request id)"));
     const axis = $("div", { class: "axis" });
@@ -126,12 +149,22 @@
         status.append($("span", { class: "badge late", "data-late": String(late.delay_s) }, `late answer +${late.delay_s === null ? "?" : secs(late.delay_s)}`));
         status.append($("span", { class: "facts" }, `its ${late.outcome === "completed" ? "complete answer" : "result (" + late.outcome + ")"} arrived${delay} and was ignored`));
       }
+      for (const r of row.retries) {
+        track.append($("div", { class: "mark retry", style: `left:${pct(r.at)}`, title: `sent again after ${r.reason}` }, "↻"));
+      }
+      for (const round of row.tool_rounds) {
+        track.append($("div", { class: "mark tool", style: `left:${pct(round.requested_at)}`, title: `tool round ${round.round}` }, "⚙"));
+      }
       const body = $("div", { class: "body" }, track, status,
         $("div", { class: `why ${row.end === "committed" ? "yes" : "no"}` }, row.explanation));
+      for (const r of row.retries) body.append($("div", { class: "retried" }, retryLine(r)));
+      for (const round of row.tool_rounds) body.append(toolRound(round));
+      if (row.busy_with) body.append($("div", { class: "rel" }, `⊘ busy with ${row.busy_with}`));
       if (row.superseded_by) body.append($("div", { class: "rel" }, `↷ superseded by ${row.superseded_by}`));
       const supersedes = model.turns.filter((r) => r.superseded_by === row.request_id).map((r) => r.request_id);
       if (supersedes.length) body.append($("div", { class: "rel" }, `↶ supersedes ${supersedes.join(", ")}`));
-      const el = $("div", { class: `row end-${row.end}`, "data-request-id": row.request_id, "data-end": row.end, "data-reason": row.reason },
+      const el = $("div", { class: `row end-${row.end}`, "data-request-id": row.request_id, "data-end": row.end, "data-reason": row.reason,
+        "data-retries": String(row.retries.length), "data-tool-rounds": String(row.tool_rounds.length) },
         $("div", { class: "who" }, $("div", { class: "rid" }, clip(row.request_id, 40)), $("div", { class: "question", title: row.question }, clip(row.question, 90) || "(no question recorded)")),
         body);
       rowsById[row.request_id] = el;
