@@ -19,8 +19,9 @@ then leaves them idle until its janitor stops every actor (*passivation*:
 the hub's clock is a trio ``MockClock`` moved past the deadline), then opens
 them all again. Printed: sessions per second for the first opening, for the
 passivation sweep (from the clock's jump to the last actor stopped), and for
-bringing the passivated sessions back.
-Sessions are opened by ``--workers`` tasks at once (default 100).
+bringing the passivated sessions back, and the CPU time per session of
+both openings (every thread of the process: steadier than wall-clock time on
+a loaded machine). Sessions are opened by ``--workers`` tasks at once (default 100).
 
 Each part runs ``--repeat`` times (default 3; the memory part once unless
 asked, it builds 100,000 sessions) and medians are printed.
@@ -181,6 +182,7 @@ def passivation(path: Path, sids: list[str], workers: int) -> tuple[float, float
     n = len(sids)
     after = 300.0
     clock = trio.testing.MockClock(rate=0)
+    cpu: list[float] = []  # CPU seconds per session of each opening (every thread)
 
     async def main() -> tuple[float, float, float]:
         store = await SQLiteStore.open(path)  # synchronous=FULL
@@ -194,8 +196,9 @@ def passivation(path: Path, sids: list[str], workers: int) -> tuple[float, float
 
                 async def open_all() -> float:
                     gc.collect()
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     await _in_slices(n, workers, open_one)
+                    cpu.append((time.process_time() - c0) / n)
                     return n / (time.perf_counter() - t0)
 
                 first = await open_all()
@@ -214,7 +217,13 @@ def passivation(path: Path, sids: list[str], workers: int) -> tuple[float, float
         finally:
             await store.aclose()
 
-    return trio.run(main, clock=clock)
+    rates = trio.run(main, clock=clock)
+    last_cpu[:] = cpu
+    return rates
+
+
+#: CPU seconds per session of the last run's two openings (first, again).
+last_cpu: list[float] = []
 
 
 def in_fresh_process(part: str, n: int, workers: int) -> list[float]:
@@ -282,11 +291,13 @@ def main() -> None:
     if args.only != "memory":
         sids = [f"session-{i:06d}" for i in range(args.revive)]
         results = []
+        cpus: list[list[float]] = []
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as d:
                 path = Path(d) / "sessions.db"
                 trio.run(_fill, path, sids)
                 results.append(passivation(path, sids, args.workers))
+                cpus.append(list(last_cpu))
         first, sweep, again = (statistics.median(r[k] for r in results) for k in range(3))
         print(
             f"\npassivation: {args.revive:,} sessions of one turn in SQLite (WAL, FULL), "
@@ -295,6 +306,11 @@ def main() -> None:
         print(f"  first opening (replay)     {first:9,.0f} sessions/s")
         print(f"  passivation sweep          {sweep:9,.0f} sessions/s")
         print(f"  brought back (replay)      {again:9,.0f} sessions/s  (goal >= 5,000/s)")
+        first_cpu, again_cpu = (statistics.median(c[k] for c in cpus) * 1e6 for k in range(2))
+        print(
+            f"  CPU per session (every thread): first opening {first_cpu:.0f} µs,"
+            f" brought back {again_cpu:.0f} µs"
+        )
         print("  runs: " + "; ".join(f"{a:,.0f} / {b:,.0f} / {c:,.0f}" for a, b, c in results))
 
 
