@@ -35,6 +35,7 @@ from typing import NoReturn
 import trio
 
 from .. import CodecError, ReplayError, StoreError, TurnLedgerError, __version__
+from .._errors import ContentEncrypted
 from ._browse import add_browse_parsers
 from ._chat import add_chat_parser
 from ._demo import add_demo_parser
@@ -50,9 +51,11 @@ from ._errors import (
     scrub,
     secrets_of,
 )
+from ._keys import add_keys_parsers
 from ._logs import CommandLog
 from ._read import add_read_parsers
 from ._serve import add_serve_parser
+from ._stores import use_key_file
 
 __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
 
@@ -74,6 +77,13 @@ def _logging_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> N
         action="store_true",
         default=argparse.SUPPRESS if suppress else False,
         help="JSON log lines on stderr",
+    )
+    p.add_argument(
+        "--key-file",
+        metavar="PATH",
+        default=argparse.SUPPRESS if suppress else None,
+        help="keys of an encrypted store (ID:BASE64 lines, the current one first; "
+        "or set TURNLEDGER_KEY_FILE or TURNLEDGER_KEYS); see docs/encryption.md",
     )
 
 
@@ -109,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     add_read_parsers(sub, common)
     add_browse_parsers(sub, common)
     add_serve_parser(sub, common)
+    add_keys_parsers(sub, common)
     return p
 
 
@@ -127,6 +138,9 @@ def _exit_code(raised: BaseException, secrets: set[str]) -> int:
         return exc.code
     if isinstance(exc, StoreError):
         say(f"store error: {exc}")
+        return EXIT_STORE
+    if isinstance(exc, ContentEncrypted):
+        say(str(exc))
         return EXIT_STORE
     if isinstance(exc, CodecError | ReplayError):
         say(f"the log is corrupt: {exc}")
@@ -163,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         told=getattr(args, "told", ()),
     )
     args.command_log.configure()
+    use_key_file(args.key_file)
     try:
         code = trio.run(args.run, args)
     except BaseException as raised:

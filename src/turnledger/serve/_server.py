@@ -176,7 +176,9 @@ async def run_serve(
     async with opened as base_url:
         client = _client(args)
         provider = _provider(args, base_url, client)
-        store = await open_store(args.db)
+        from ..cli._stores import command_keys  # (the cli imports serve)
+
+        store = await open_store(args.db, keys=command_keys())
         try:
             async with client, provider, trio.open_nursery() as nursery:
                 stop = trio.Event()
