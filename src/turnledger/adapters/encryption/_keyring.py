@@ -57,6 +57,10 @@ class KeyRing(Protocol):
         """Every ``(session_id, wrapped key)``."""
         ...
 
+    async def one_of(self, kek_id: str) -> tuple[str, WrappedKey] | None:
+        """Any one session's key wrapped with ``kek_id``, or ``None``."""
+        ...
+
     async def aclose(self) -> None:
         """Release the ring's connection."""
         ...
@@ -188,6 +192,15 @@ class SQLiteKeyRing(_Threaded):
                 "SELECT session_id, kek_id, wrapped FROM data_keys ORDER BY session_id"
             ).fetchall()
             return [(sid, WrappedKey(kid, bytes(blob))) for sid, kid, blob in rows]
+
+        return await self._run(run)
+
+    async def one_of(self, kek_id: str) -> tuple[str, WrappedKey] | None:
+        def run() -> tuple[str, WrappedKey] | None:
+            row = self._conn.execute(
+                "SELECT session_id, wrapped FROM data_keys WHERE kek_id=? LIMIT 1", (kek_id,)
+            ).fetchone()
+            return None if row is None else (row[0], WrappedKey(kek_id, bytes(row[1])))
 
         return await self._run(run)
 
@@ -325,3 +338,13 @@ class PostgresKeyRing(_Threaded):
 
     async def aclose(self) -> None:
         await self._run(self._conn.close)
+
+    async def one_of(self, kek_id: str) -> tuple[str, WrappedKey] | None:
+        def run() -> tuple[str, WrappedKey] | None:
+            row = self._conn.execute(
+                f"SELECT session_id, wrapped FROM {self._table} WHERE kek_id = %s LIMIT 1",
+                (kek_id,),
+            ).fetchone()
+            return None if row is None else (row[0], WrappedKey(kek_id, bytes(row[1])))
+
+        return await self._run(run)

@@ -212,6 +212,27 @@ class EncryptedStore:
         aead = self._aeads[session_id] = AESGCM(data_key)
         return aead
 
+    async def check_keys(self) -> None:
+        """Fail fast on a wrong current key: unwrap one data key wrapped
+        with the provider's current key id, if the ring holds one. (Without
+        this, a key with the right id and the wrong bytes would wrap new
+        sessions' keys that the right key can never open.)
+
+        Raises:
+            WrongKey: the current key does not open a key it should.
+
+        Cancellation: one read of the ring and one unwrap on worker threads;
+        nothing is written.
+        """
+        ring, keys = self._ring()
+        found = await ring.one_of(keys.current_kek_id())
+        if found is not None:
+            sid, wrapped = found
+            aead = AESGCM(
+                await trio.to_thread.run_sync(keys.unwrap, wrapped, _key_ad(ring.store_id, sid))
+            )
+            self._aeads.setdefault(sid, aead)
+
     async def forget(self, session_id: str) -> bool:
         """Destroy the session's data key (crypto-shredding): its ciphertext,
         wherever a copy survives (PostgreSQL's dead tuples, a backup), can no

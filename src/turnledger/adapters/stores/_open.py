@@ -74,6 +74,8 @@ async def open_store(
     content is refused as encrypted.
 
     Raises:
+        WrongKey: the provider's current key does not open the data keys
+            wrapped under its id (nothing was written).
         StoreError: the store cannot be opened (see each store's ``open``).
     """
     ring_at = os.fspath(keyring) if keyring is not None else default_keyring(url_or_path)
@@ -93,7 +95,13 @@ async def open_store(
     except BaseException:
         await store.aclose()
         raise
-    return EncryptedStore(store, ring, keys)
+    encrypted = EncryptedStore(store, ring, keys)
+    try:
+        await encrypted.check_keys()
+    except BaseException:
+        await encrypted.aclose()
+        raise
+    return encrypted
 
 
 async def _open_plain(url_or_path: str | os.PathLike[str], **options: Any) -> EventStore:
