@@ -34,12 +34,11 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from stores import dataset, session_started  # noqa: E402
-
-from turnledger.adapters.encryption import StaticKeys  # noqa: E402
-from turnledger.adapters.stores import open_store  # noqa: E402
-from turnledger.events import DEFAULT_CODEC, StoredEvent  # noqa: E402
-from turnledger.sessions import replay  # noqa: E402
+from stores import dataset, session_started
+from turnledger.adapters.encryption import StaticKeys
+from turnledger.adapters.stores import open_store
+from turnledger.events import DEFAULT_CODEC, StoredEvent
+from turnledger.sessions import replay
 
 GOAL = 1.3
 KEYS = StaticKeys({"bench": bytes(range(32))}, "bench")

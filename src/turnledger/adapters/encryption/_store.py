@@ -135,7 +135,7 @@ def _open(
             "its content cannot be read"
         )
     try:
-        raw = bytes.fromhex(sealed if type(sealed) is str else sealed.decode("ascii"))
+        raw = bytes.fromhex(sealed if isinstance(sealed, str) else sealed.decode("ascii"))
         return aead.decrypt(
             raw[:_NONCE], raw[_NONCE:], _event_ad(store_id, session_id, seq, tag, version)
         )
