@@ -19,6 +19,11 @@ PUBLIC: dict[str, str] = {
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
+    "turnledger.adapters.encryption": (
+        "KEYS_ENV KEY_FILE_ENV ContentEncrypted DecryptionFailed EncryptedStore EncryptionError "
+        "KeyProvider KeyRing PlaintextRefused PostgresKeyRing SQLiteKeyRing StaticKeys WrappedKey "
+        "WrongKey keys_from_env keys_from_environment keys_from_file new_key_line rotate_keys"
+    ),
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
         "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Event EventCodec "
@@ -55,8 +60,8 @@ PUBLIC: dict[str, str] = {
         "loads_strict map_httpx_error parse_openai_completion parse_retry_after"
     ),
     "turnledger.adapters.stores": (
-        "JournalStore MemoryStore PostgresStore SQLiteStats SQLiteStore SessionLease open_store "
-        "store_kind"
+        "JournalStore MemorySnapshots MemoryStore PostgresSnapshots PostgresStore SQLiteSnapshots "
+        "SQLiteStats SQLiteStore SessionLease open_store snapshots_beside store_kind"
     ),
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail FaultyProvider FaultyStore "

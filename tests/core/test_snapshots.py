@@ -5,6 +5,7 @@ damaged or outdated snapshot is refused, never half-used."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import attrs
@@ -52,7 +53,7 @@ def _tool_turn(q: str, calls: int, res: list[str], a: str, error: bool) -> list[
             "tool_calls",
             round=0,
             tool_calls=tuple(ToolCall(c, "calc", '{"a":1}') for c in ids),
-        ),  # fmt: skip
+        ),
     ]
     out += [ToolDone(CUR, c, r, is_error=error) for c, r in zip(ids, res, strict=False)]
     out += [ResponseStarted(CUR), Completed(CUR, a, "stop", round=1)]
@@ -82,10 +83,8 @@ def drive(start: Start, script: list[Message]) -> list[Event]:
         elif rid == NEW:
             fresh += 1
             msg = attrs.evolve(msg, request_id=RequestId(f"n{fresh}"))  # type: ignore[misc]
-        try:
+        with contextlib.suppress(InvalidCommand):
             s.when(msg)
-        except InvalidCommand:
-            pass
     return s.log
 
 
@@ -152,7 +151,7 @@ def test_the_histories_are_interesting() -> None:
 
 def _sample_state() -> Any:
     start = Start("系统", "m", tools=TOOLS)
-    return replay(drive(start, _tool_turn("q", 2, ["1", "2"], "done", False) + [Submit(NEW, "x")]))
+    return replay(drive(start, [*_tool_turn("q", 2, ["1", "2"], "done", False), Submit(NEW, "x")]))
 
 
 def test_a_damaged_snapshot_is_refused() -> None:

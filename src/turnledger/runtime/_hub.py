@@ -28,7 +28,6 @@ import trio
 from .._errors import InvalidCommand, SessionClosed
 from .._loops import require_trio
 from ..events import (
-    DEFAULT_CODEC,
     EventStore,
     HistoryPolicy,
     Ledger,
@@ -37,14 +36,17 @@ from ..events import (
     ToolErrorPolicy,
 )
 from ..sessions._history import Turn
-from ..sessions._machine import SessionState, replay
+from ..sessions._machine import SessionState
 from ..sessions._messages import Cancel, Start, Submit
 from ..sessions._ports import Provider
 from ..sessions._projection import Budget, CharTokenEstimator, TokenEstimator
 from ..sessions._results import TurnResult
+from ..sessions._snapshot import SnapshotStore
 from ..sessions._tools import Tool
 from ._actor import KEEP_REQUEST_TASK, Actor, Item
 from ._context import Config, Counters, Runtime
+from ._log import get_logger
+from ._snapshots import recover_state
 from ._tickets import Ticket
 from ._timers import Timers
 
@@ -261,6 +263,7 @@ class Hub:
         provider: Provider,
         config: Config,
         tools: Mapping[str, Tool] | None = None,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
         self._nursery = nursery
         self._config = config
@@ -281,6 +284,7 @@ class Hub:
             routing=routes,
             timers=Timers(config.idle_timeout),
             tools=dict(tools or {}),
+            snapshots=snapshots,
         )
         self._store = store
         self._janitor_scope = trio.CancelScope()
@@ -452,7 +456,13 @@ class Hub:
         if actor is not None:
             await trio.lowlevel.checkpoint()
             return actor.state
-        return replay(await self._store.read_decoded(session_id, DEFAULT_CODEC))
+        state, _ = await recover_state(
+            self._store,
+            session_id,
+            self._runtime.snapshots,
+            get_logger().bind(session_id=session_id),
+        )
+        return state
 
     async def history(self, session_id: str) -> tuple[Turn, ...]:
         """The session's committed turns, oldest first."""
@@ -505,6 +515,9 @@ class Hub:
         self._timers_scope.cancel()
         for actor in list(self._routes.actors.values()):
             actor.request_stop()
+        grace = trio.current_time() + self._config.shutdown_grace
+        for scope in self._runtime.snapshot_scopes:
+            scope.deadline = min(scope.deadline, grace)
 
 
 @asynccontextmanager
@@ -531,6 +544,9 @@ async def open_hub(
     mailbox_size: int = 16,
     shutdown_grace: float = 5.0,
     clock: Callable[[], float] = time.time,
+    snapshots: SnapshotStore | None = None,
+    snapshot_every: int | None = 1000,
+    snapshot_chars: int | None = 4_000_000,
 ) -> AsyncIterator[Hub]:
     """Run session actors for ``store`` and ``provider`` while the context is open.
 
@@ -575,6 +591,14 @@ async def open_hub(
         shutdown_grace: seconds each actor may take, on exit, to write the
             ``interrupted`` discards (even if the exit is a cancellation).
         clock: wall clock for events' ``recorded_at`` (injectable for tests).
+        snapshots: where to keep snapshots of long sessions (for example
+            ``await snapshots_beside(db)``, see docs/snapshots.md); an actor
+            then starts from its session's latest snapshot plus the events
+            after it. ``None`` (default): every start replays in full.
+        snapshot_every, snapshot_chars: a snapshot is written, in the
+            background, once this many events or this many characters of
+            committed questions and answers came since the last one
+            (``None`` turns either trigger off).
 
     On exit every actor stops: queued questions are refused with
     :class:`~turnledger.SessionClosed`, queued results are still handled,
@@ -609,11 +633,13 @@ async def open_hub(
         mailbox_size=mailbox_size,
         shutdown_grace=shutdown_grace,
         clock=clock,
+        snapshot_every=snapshot_every,
+        snapshot_chars=snapshot_chars,
     )
     unwrapped: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            hub = Hub(nursery, store, provider, config, by_name)
+            hub = Hub(nursery, store, provider, config, by_name, snapshots)
             try:
                 yield hub
             finally:

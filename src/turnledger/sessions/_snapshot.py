@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 import orjson
@@ -38,6 +38,7 @@ __all__ = [
     "SNAPSHOT_SCHEMA",
     "Snapshot",
     "SnapshotInvalid",
+    "SnapshotStore",
     "load_snapshot",
     "take_snapshot",
 ]
@@ -72,6 +73,36 @@ class Snapshot:
     anchor_tag: str
     anchor_at: float
     body: bytes = attrs.field(repr=False)
+
+
+class SnapshotStore(Protocol):
+    """Where a store's snapshots are kept: the latest one of each session.
+
+    Bundled: :class:`~turnledger.adapters.stores.SQLiteSnapshots` (a file
+    of its own, beside a SQLite database or a journal),
+    :class:`~turnledger.adapters.stores.PostgresSnapshots` and
+    :class:`~turnledger.adapters.stores.MemorySnapshots`. A snapshot holds a
+    session's content: an erasure drops it (:meth:`drop`) with the events.
+    """
+
+    async def save(self, snapshot: Snapshot) -> None:
+        """Keep ``snapshot`` as its session's latest unless a later one is kept.
+
+        Cancellation: either kept or not; the previous one stays otherwise.
+        """
+        ...
+
+    async def latest(self, session_id: str) -> Snapshot | None:
+        """The session's latest snapshot, or ``None``."""
+        ...
+
+    async def drop(self, session_id: str) -> None:
+        """Remove every snapshot of the session (an erasure calls it)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the store holds."""
+        ...
 
 
 # --- to JSON --------------------------------------------------------------------
