@@ -361,3 +361,51 @@ def test_key_files_and_variables_say_what_is_wrong(tmp_path: Path) -> None:
         del os.environ["TL_TEST_KEYS"]
     assert keys.current_kek_id() == "a" and set(keys.keys) == {"a", "b"}
     assert "keys=" not in repr(keys) and line_a.split(":")[1] not in repr(keys)
+
+
+async def test_snapshots_of_an_encrypted_store_are_sealed(target: str) -> None:
+    from turnledger.adapters.stores import snapshots_beside
+    from turnledger.runtime._snapshots import recover_state
+    from turnledger.sessions import CommittedResult, open_hub, replay
+    from turnledger.testing import ScriptedProvider
+
+    class Log:
+        def __init__(self) -> None:
+            self.events: list[tuple[str, dict[str, object]]] = []
+
+        def warning(self, event: str, **kw: object) -> None:
+            self.events.append((event, kw))
+
+        debug = warning
+
+    with trio.fail_after(60):
+        store = await open_store(target, keys=K1)
+        snaps = await snapshots_beside(target)
+        try:
+            async with open_hub(
+                store, ScriptedProvider(), model="m", snapshots=snaps, snapshot_every=4
+            ) as hub:
+                for i in range(4):
+                    result = await (await hub.submit("s", f"{CANARY} {i}")).outcome()
+                    assert isinstance(result, CommittedResult) and CANARY in result.answer
+                with trio.fail_after(10):
+                    while (await snaps.latest("s")) is None:
+                        await trio.sleep(0.01)
+            assert isinstance(store, EncryptedStore)
+            sealed = store.seal_snapshots(snaps)
+            full = replay(await store.read_decoded("s", DEFAULT_CODEC))
+            log = Log()
+            state, used = await recover_state(store, "s", sealed, log)
+            assert used >= 4 and state == full and [e for e, _ in log.events] == ["snapshot_used"]
+            raw = at_rest(target)
+            assert CANARY.encode() not in raw and len(raw) > 1000
+            # Crypto-shredding covers the snapshot: without the key it is ignored.
+            await store.forget("s")
+            log = Log()
+            with pytest.raises(WrongKey):
+                await recover_state(store, "s", sealed, log)
+            assert log.events[0][0] == "snapshot_ignored"
+            assert "checksum" in str(log.events[0][1]["reason"])
+        finally:
+            await snaps.aclose()
+            await store.aclose()

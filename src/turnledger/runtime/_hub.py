@@ -611,6 +611,10 @@ async def open_hub(
     """
     require_trio("open_hub")
     by_name = _by_name(tools)
+    seal = getattr(store, "seal_snapshots", None)
+    if snapshots is not None and seal is not None and not getattr(snapshots, "sealed", False):
+        # An encrypted store's snapshots hold content too: seal them.
+        snapshots = seal(snapshots)
     config = Config(
         start=Start(
             system,

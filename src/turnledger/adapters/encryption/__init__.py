@@ -27,7 +27,7 @@ from ._providers import (
     keys_from_file,
     new_key_line,
 )
-from ._store import EncryptedStore, rotate_keys
+from ._store import EncryptedStore, SealedSnapshots, rotate_keys
 
 __all__ = [
     "KEYS_ENV",
@@ -41,6 +41,7 @@ __all__ = [
     "PlaintextRefused",
     "PostgresKeyRing",
     "SQLiteKeyRing",
+    "SealedSnapshots",
     "StaticKeys",
     "WrappedKey",
     "WrongKey",

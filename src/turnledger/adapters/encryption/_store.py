@@ -12,10 +12,12 @@ another place fails to open (:class:`~turnledger.DecryptionFailed`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
+import attrs
 import orjson
 import trio
 from cryptography.exceptions import InvalidTag
@@ -36,7 +38,7 @@ from ..stores._payloads import dumps_payload
 from ._keyring import KeyRing
 from ._providers import KeyProvider
 
-__all__ = ["EncryptedStore", "rotate_keys"]
+__all__ = ["EncryptedStore", "SealedSnapshots", "rotate_keys"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -281,6 +283,10 @@ class EncryptedStore:
             )
             self._aeads.setdefault(sid, aead)
 
+    def seal_snapshots(self, snapshots: Any) -> SealedSnapshots:
+        """``snapshots`` with every body sealed under its session's data key."""
+        return SealedSnapshots(snapshots, self)
+
     async def forget(self, session_id: str) -> bool:
         """Destroy the session's data key (crypto-shredding): its ciphertext,
         wherever a copy survives (PostgreSQL's dead tuples, a backup), can no
@@ -437,6 +443,60 @@ class EncryptedStore:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+class SealedSnapshots:
+    """A snapshot store whose bodies are sealed with their session's data
+    key (associated data: store, session, version, schema), so a snapshot
+    holds no readable content either, and crypto-shredding covers it.
+    :func:`~turnledger.sessions.open_hub` wraps a snapshot store in this by
+    itself when its event store is an :class:`EncryptedStore`."""
+
+    sealed = True
+
+    def __init__(self, inner: Any, store: EncryptedStore) -> None:
+        self.inner = inner
+        self.store = store
+
+    def _ad(self, snap: Any) -> bytes:
+        ring, _ = self.store._ring()
+        return orjson.dumps(["snapshot", ring.store_id, snap.session_id, snap.version, snap.schema])
+
+    async def save(self, snapshot: Any) -> None:
+        """Seal the body, then the inner store's ``save``.
+
+        Cancellation: as the inner store's ``save``.
+        """
+        aead = await self.store._key_for_writing(snapshot.session_id)
+        nonce = os.urandom(_NONCE)
+        body = nonce + aead.encrypt(nonce, snapshot.body, self._ad(snapshot))
+        await self.inner.save(
+            attrs.evolve(snapshot, body=body, checksum=hashlib.sha256(body).hexdigest())
+        )
+
+    async def latest(self, session_id: str) -> Any:
+        """The inner store's latest, opened; one that does not open comes
+        back with an empty body, so loading it reports it damaged."""
+        snap = await self.inner.latest(session_id)
+        if snap is None:
+            return None
+        await self.store._load([session_id])
+        aead = self.store._aeads.get(session_id)
+        try:
+            if aead is None or hashlib.sha256(snap.body).hexdigest() != snap.checksum:
+                raise ValueError("no key, or damaged")
+            body = aead.decrypt(snap.body[:_NONCE], snap.body[_NONCE:], self._ad(snap))
+        except (InvalidTag, ValueError):
+            return attrs.evolve(snap, body=b"", checksum="does not open")
+        return attrs.evolve(snap, body=body, checksum=hashlib.sha256(body).hexdigest())
+
+    async def drop(self, session_id: str) -> None:
+        """The inner store's ``drop``. Cancellation: as the inner store's."""
+        await self.inner.drop(session_id)
+
+    async def aclose(self) -> None:
+        """The inner store's ``aclose``."""
+        await self.inner.aclose()
 
 
 class _Plain:
