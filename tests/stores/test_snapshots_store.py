@@ -95,9 +95,10 @@ async def test_a_session_reopens_from_its_snapshot(target: str) -> None:
                 result = await (await hub.submit("long", "and again")).outcome()
                 assert isinstance(result, CommittedResult)
                 assert len(await hub.history("long")) == 15
-            assert replay(await store.read_decoded("long", DEFAULT_CODEC)) == (
-                await recover_state(store, "long", snaps, Lines())
-            )[0]
+            assert (
+                replay(await store.read_decoded("long", DEFAULT_CODEC))
+                == (await recover_state(store, "long", snaps, Lines()))[0]
+            )
         finally:
             await snaps.aclose()
             await store.aclose()
