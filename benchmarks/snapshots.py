@@ -35,14 +35,13 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from stores import session_started, turn  # noqa: E402
-
-from turnledger.adapters.encryption import StaticKeys  # noqa: E402
-from turnledger.adapters.stores import open_store, snapshots_beside  # noqa: E402
-from turnledger.events import DEFAULT_CODEC  # noqa: E402
-from turnledger.runtime._snapshots import recover_state  # noqa: E402
-from turnledger.sessions import replay  # noqa: E402
-from turnledger.sessions._snapshot import take_snapshot  # noqa: E402
+from stores import session_started, turn
+from turnledger.adapters.encryption import StaticKeys
+from turnledger.adapters.stores import open_store, snapshots_beside
+from turnledger.events import DEFAULT_CODEC
+from turnledger.runtime._snapshots import recover_state
+from turnledger.sessions import replay
+from turnledger.sessions._snapshot import take_snapshot
 
 GOAL = 20.0
 SID = "long-session"
