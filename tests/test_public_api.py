@@ -12,10 +12,11 @@ import pytest
 
 PUBLIC: dict[str, str] = {
     "turnledger": (
-        "CodecError ConcurrencyConflict DecodeError InvalidCommand LeaseLost LimitExceeded "
-        "ProviderError ReplayError SessionClosed SessionOwnedElsewhere StoreCorrupted "
-        "StoreError StoreFull StoreUnavailable StreamProtocolError TurnLedgerError "
-        "UnknownEventTag WrongEventLoop __version__"
+        "CodecError ConcurrencyConflict ContentEncrypted DecodeError DecryptionFailed "
+        "EncryptionError InvalidCommand LeaseLost LimitExceeded PlaintextRefused ProviderError "
+        "ReplayError SessionClosed SessionOwnedElsewhere StoreCorrupted StoreError StoreFull "
+        "StoreUnavailable StreamProtocolError TurnLedgerError UnknownEventTag WrongEventLoop "
+        "WrongKey __version__"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",

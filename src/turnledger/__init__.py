@@ -8,10 +8,14 @@ the log rebuilds history exactly.
 from ._errors import (
     CodecError,
     ConcurrencyConflict,
+    ContentEncrypted,
     DecodeError,
+    DecryptionFailed,
+    EncryptionError,
     InvalidCommand,
     LeaseLost,
     LimitExceeded,
+    PlaintextRefused,
     ProviderError,
     ReplayError,
     SessionClosed,
@@ -24,6 +28,7 @@ from ._errors import (
     TurnLedgerError,
     UnknownEventTag,
     WrongEventLoop,
+    WrongKey,
 )
 
 __version__ = "0.1.0"
@@ -31,10 +36,14 @@ __version__ = "0.1.0"
 __all__ = [
     "CodecError",
     "ConcurrencyConflict",
+    "ContentEncrypted",
     "DecodeError",
+    "DecryptionFailed",
+    "EncryptionError",
     "InvalidCommand",
     "LeaseLost",
     "LimitExceeded",
+    "PlaintextRefused",
     "ProviderError",
     "ReplayError",
     "SessionClosed",
@@ -47,5 +56,6 @@ __all__ = [
     "TurnLedgerError",
     "UnknownEventTag",
     "WrongEventLoop",
+    "WrongKey",
     "__version__",
 ]

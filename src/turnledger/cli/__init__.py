@@ -34,8 +34,7 @@ from typing import NoReturn
 
 import trio
 
-from .. import CodecError, ReplayError, StoreError, TurnLedgerError, __version__
-from .._errors import ContentEncrypted
+from .. import CodecError, ContentEncrypted, ReplayError, StoreError, TurnLedgerError, __version__
 from ._browse import add_browse_parsers
 from ._chat import add_chat_parser
 from ._demo import add_demo_parser

@@ -49,7 +49,8 @@ def add_keys_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         description="Print one ID:BASE64 line with 32 random bytes: a key file line "
         "(see docs/encryption.md).",
-        epilog="example:\n  turnledger keygen k1 > keys.txt && chmod 600 keys.txt",
+        epilog="examples:\n  umask 077 && turnledger keygen k1 > keys.txt\n"
+        "  turnledger demo --key-file keys.txt                 an encrypted demo log",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     g.add_argument("id", metavar="ID", type=text_arg, help="the key's id")
@@ -60,7 +61,8 @@ def add_keys_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         description="Rewrap every session's data key under the first key of --key-file; "
         "no event is rewritten. Keep the old key in the file until this ends.",
-        epilog="example:\n  turnledger rekey chat.db --key-file keys.txt",
+        epilog="examples:\n  turnledger keygen k2 | cat - keys.txt > new.txt   the new key first\n"
+        "  turnledger rekey chat.db --key-file new.txt",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("db", metavar="DB", help="an encrypted store")
