@@ -60,6 +60,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="seconds without a delta before a turn times out (default: "
                    "%(default)s)")  # fmt: skip
+    p.add_argument("--snapshot-every", type=int, default=None, metavar="N",
+                   help="keep snapshots of long sessions (DB.snapshots, or a table for "
+                   "PostgreSQL), one every N events, to reopen from (default: none)")  # fmt: skip
     p.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
                    help="on SIGTERM, how long turns in flight may take to end")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=1_048_576, metavar="N",
@@ -179,7 +182,12 @@ async def run_serve(
         from ..cli._stores import command_keys  # (the cli imports serve)
 
         store = await open_store(args.db, keys=command_keys())
+        snapshots = None
         try:
+            if args.snapshot_every is not None:
+                from ..adapters.stores import snapshots_beside
+
+                snapshots = await snapshots_beside(args.db)
             async with client, provider, trio.open_nursery() as nursery:
                 stop = trio.Event()
 
@@ -213,6 +221,8 @@ async def run_serve(
                     max_prompt_tokens=args.max_prompt_tokens,
                     turn_deadline=args.timeout,
                     idle_timeout=args.idle_timeout,
+                    snapshots=snapshots,
+                    snapshot_every=args.snapshot_every,
                 ) as hub:
                     app = create_app(hub, store, settings, nursery=nursery, stopping=stop)
                     # The server runs in the outer nursery: it outlives the hub,
@@ -235,6 +245,8 @@ async def run_serve(
                 await served.wait()
                 nursery.cancel_scope.cancel()
         finally:
+            if snapshots is not None:
+                await snapshots.aclose()
             await store.aclose()
             sock.close()  # closed already if the listener ran; closing again is harmless
     return 0

@@ -352,9 +352,10 @@ class EncryptedStore:
         state = self._nonces.get(session_id)
         if state is None or state[1] >= 0xFFFFFFFF:
             state = self._nonces[session_id] = [os.urandom(8), 0]
-        state[1] += 1
+        count: int = state[1] + 1
+        state[1] = count
         prefix: bytes = state[0]
-        return prefix + state[1].to_bytes(4, "big")
+        return prefix + count.to_bytes(4, "big")
 
     def _seal(self, aead: AESGCM, store_id: str, ev: StoredEvent) -> StoredEvent:
         if not isinstance(ev.payload, dict) or ENCRYPTED_FIELD in ev.payload:
