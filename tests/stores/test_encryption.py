@@ -409,3 +409,40 @@ async def test_snapshots_of_an_encrypted_store_are_sealed(target: str) -> None:
         finally:
             await snaps.aclose()
             await store.aclose()
+
+
+async def test_erasure_shreds_the_key_first_then_the_rows(target: str) -> None:
+    """With the store port's erase (the lifecycle's erasure), an encrypted
+    store destroys the session's data key before its rows go."""
+    events = canary_events()
+    with trio.fail_after(60):
+        store = await open_store(target, keys=K1)
+        assert isinstance(store, EncryptedStore)
+        try:
+            if not hasattr(store.inner, "erase"):
+                pytest.skip("this store has no erase() yet (the erasure branch adds it)")
+            for sid in ("secret", "other"):
+                await store.append(sid, stored(sid, events), 0)
+            forgotten: list[str] = []
+            ring = store.ring
+            assert ring is not None
+            real_forget = ring.forget
+
+            async def spy(session_id: str) -> bool:
+                forgotten.append(session_id)
+                assert await store.inner.read(session_id)  # the rows are still there
+                return await real_forget(session_id)
+
+            ring.forget = spy  # type: ignore[method-assign]
+            await store.erase("secret")
+            assert forgotten == ["secret"]
+            assert await store.inner.read("secret") == []
+            assert await store.read("secret") == []
+            assert await store.read_decoded("other", DEFAULT_CODEC) == events
+            assert await ring.get_many(["secret", "other"]) == {
+                "other": (await ring.get_many(["other"]))["other"]
+            }
+        finally:
+            await store.aclose()
+        raw = at_rest(target)
+        assert CANARY.encode() not in raw
