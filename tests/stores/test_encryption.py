@@ -118,10 +118,17 @@ async def test_no_content_at_rest_and_everything_reads_back(target: str) -> None
                 ["other", "secret", "nobody"], DEFAULT_CODEC, lambda s, evs: len(evs)
             )
             assert many == {"other": len(events), "secret": len(events), "nobody": 0}
-            feed = await store.read_all()
-            assert [e.payload for e in feed if e.session_id == "secret"] == [
-                e.payload for e in stored("secret", events)
-            ]
+            expected = [e.payload for e in stored("secret", events)]
+            # (PostgreSQL's feed shows rows once every older write transaction
+            # on the server has ended: wait for them.)
+            with trio.fail_after(20):
+                while True:
+                    feed = await store.read_all()
+                    got = [e.payload for e in feed if e.session_id == "secret"]
+                    if len(got) == len(expected):
+                        break
+                    await trio.sleep(0.05)
+            assert got == expected
             assert sorted(await store.session_ids()) == ["other", "secret"]
         finally:
             await store.aclose()
@@ -218,8 +225,15 @@ async def test_a_plaintext_row_in_an_encrypted_store_is_refused(target: str) -> 
                 await store.read_decoded("s", DEFAULT_CODEC)
             with pytest.raises(PlaintextRefused, match=r"seq 3"):
                 await store.read("s")
-            with pytest.raises(PlaintextRefused):
-                await store.read_all()
+            # (PostgreSQL's feed shows a row once every older write
+            # transaction on the server has ended: wait for it.)
+            with trio.fail_after(20):
+                while True:
+                    try:
+                        await store.read_all()
+                    except PlaintextRefused:
+                        break
+                    await trio.sleep(0.05)
             # a session written plaintext before encryption was turned on
             await store.inner.append("old", stored("old", events[:1]), 0)
             with pytest.raises(PlaintextRefused):

@@ -643,7 +643,7 @@ async def open_hub(
     unwrapped: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            hub = Hub(nursery, store, provider, config, by_name, snapshots)
+            hub = Hub(nursery, store, provider, config, by_name, snapshots=snapshots)
             try:
                 yield hub
             finally:
