@@ -137,17 +137,20 @@ def _in_flight(r: InFlight) -> list[Any]:
     ]
 
 
-def _endings(state: SessionState) -> list[list[Any]]:
-    # A committed turn's ending holds its answer again: written as the
-    # turn's index instead (an integer where the answer goes), which halves
-    # a long session's snapshot.
+def _endings(state: SessionState) -> list[Any]:
+    # A committed turn's ending holds its request id and answer again: the
+    # usual one is written as its turn's index alone, any other with the
+    # index where the answer goes. That halves a long session's snapshot.
     where = {t.request_id: i for i, t in enumerate(state.turns)}
     turns = state.turns
-    out: list[list[Any]] = []
+    out: list[Any] = []
     for rid, e in state.endings:
         answer: Any = e.answer
         i = where.get(rid)
         if i is not None and answer is not None and turns[i].answer == answer:
+            if e.kind == "committed" and not e.reason and not e.detail:
+                out.append(i)  # the usual ending: just its turn's index
+                continue
             answer = i
         out.append([rid, e.kind, e.reason, e.detail, answer])
     return out
@@ -247,13 +250,19 @@ def _turns(items: list[list[Any]]) -> list[Turn]:
     return out
 
 
-def _endings_of(rows: list[list[Any]], turns: list[Turn]) -> Endings:
+def _endings_of(rows: list[Any], turns: list[Turn]) -> Endings:
     """The Endings of ``rows``, built in one go (as ``record`` one by one
     would, each request id once)."""
     items: list[tuple[RequestId, Ending]] = []
     index: dict[RequestId, int] = {}
     e0, e1, e2, e3 = _ENDING
-    for rid, kind, reason, detail, answer in rows:
+    for row in rows:
+        answer: Any
+        if type(row) is int:
+            turn = turns[row]
+            rid, kind, reason, detail, answer = turn.request_id, "committed", "", "", turn.answer
+        else:
+            rid, kind, reason, detail, answer = row
         if type(answer) is int:
             answer = turns[answer].answer
         elif answer is not None and type(answer) is not str:
