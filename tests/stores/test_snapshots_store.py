@@ -70,7 +70,7 @@ async def test_a_session_reopens_from_its_snapshot(target: str) -> None:
             # snapshot every 10 events: 12 turns of 3 events + the start = 37
             await run_turns(store, snaps, "long", [f"q{i}" for i in range(12)], snapshot_every=10)
             version = await wait_for_snapshot(snaps, "long", 10)
-            assert version % 1 == 0 and 10 <= version <= 37
+            assert 10 <= version <= 37
             full = replay(await store.read_decoded("long", DEFAULT_CODEC))
             log = Lines()
             state, used = await recover_state(store, "long", snaps, log)
@@ -177,3 +177,27 @@ async def test_snapshots_are_written_off_the_critical_path(tmp_path: Path) -> No
     finally:
         await store.aclose()
     assert store_kind(str(tmp_path / "e.db")) == "sqlite"
+
+
+async def test_a_snapshot_is_due_by_characters_too(tmp_path: Path) -> None:
+    mem = MemorySnapshots()
+    store = await open_store(str(tmp_path / "e.db"))
+    try:
+        with trio.fail_after(20):
+            # No count trigger. Each turn commits 40 + 46 characters
+            # (question, "echo: " + question): the third passes 200.
+            async with open_hub(
+                store, ScriptedProvider(), model="m", snapshots=mem,
+                snapshot_every=None, snapshot_chars=200,
+            ) as hub:  # fmt: skip
+                for i in range(3):
+                    if i == 2:
+                        await trio.sleep(0.2)  # time for a snapshot, were one due
+                        assert "s" not in mem.kept
+                    await (await hub.submit("s", f"{i} " + "x" * 38)).outcome()
+                version = await wait_for_snapshot(mem, "s", 1)
+        assert version == 1 + 3 * 3  # after the third turn's commit
+        state, used = await recover_state(store, "s", mem, Lines())
+        assert used == version and len(state.turns) == 3
+    finally:
+        await store.aclose()
