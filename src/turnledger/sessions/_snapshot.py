@@ -94,15 +94,27 @@ class SnapshotStore(Protocol):
         ...
 
     async def latest(self, session_id: str) -> Snapshot | None:
-        """The session's latest snapshot, or ``None``."""
+        """The session's latest snapshot, or ``None``.
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
     async def drop(self, session_id: str) -> None:
-        """Remove every snapshot of the session (an erasure calls it)."""
+        """Remove every snapshot of the session (an erasure calls it).
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
     async def aclose(self) -> None:
-        """Release what the store holds."""
+        """Release what the store holds.
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
 

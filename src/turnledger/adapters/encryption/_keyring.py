@@ -37,32 +37,60 @@ class KeyRing(Protocol):
         ...
 
     async def get_many(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
-        """The wrapped keys of those of ``session_ids`` that have one."""
+        """The wrapped keys of those of ``session_ids`` that have one.
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
     async def add(self, session_id: str, wrapped: WrappedKey) -> WrappedKey:
         """Keep ``wrapped`` unless the session already has a key; return the
-        key the session has now (another writer's, if it won the race)."""
+        key the session has now (another writer's, if it won the race).
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
     async def replace(self, session_id: str, old: WrappedKey, new: WrappedKey) -> bool:
-        """Swap ``old`` for ``new`` (a rewrap); False if ``old`` is no longer there."""
+        """Swap ``old`` for ``new`` (a rewrap); False if ``old`` is no longer there.
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
     async def forget(self, session_id: str) -> bool:
-        """Destroy the session's key; True if it had one."""
+        """Destroy the session's key; True if it had one.
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
     async def all(self) -> list[tuple[str, WrappedKey]]:
-        """Every ``(session_id, wrapped key)``."""
+        """Every ``(session_id, wrapped key)``.
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
     async def one_of(self, kek_id: str) -> tuple[str, WrappedKey] | None:
-        """Any one session's key wrapped with ``kek_id``, or ``None``."""
+        """Any one session's key wrapped with ``kek_id``, or ``None``.
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
     async def aclose(self) -> None:
-        """Release the ring's connection."""
+        """Release the ring's connection.
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
         ...
 
 
@@ -138,6 +166,7 @@ class SQLiteKeyRing(_Threaded):
         return await trio.to_thread.run_sync(run)
 
     async def get_many(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
+        """Cancellation: reads only; a cancelled call changed nothing."""
         ids = list(dict.fromkeys(session_ids))
 
         def run() -> dict[str, WrappedKey]:
@@ -156,6 +185,9 @@ class SQLiteKeyRing(_Threaded):
         return await self._run(run)
 
     async def add(self, session_id: str, wrapped: WrappedKey) -> WrappedKey:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
         def run() -> WrappedKey:
             self._conn.execute(
                 "INSERT OR IGNORE INTO data_keys VALUES (?, ?, ?)",
@@ -169,6 +201,9 @@ class SQLiteKeyRing(_Threaded):
         return await self._run(run)
 
     async def replace(self, session_id: str, old: WrappedKey, new: WrappedKey) -> bool:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
         def run() -> bool:
             cur = self._conn.execute(
                 "UPDATE data_keys SET kek_id=?, wrapped=? "
@@ -180,6 +215,9 @@ class SQLiteKeyRing(_Threaded):
         return await self._run(run)
 
     async def forget(self, session_id: str) -> bool:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
         def run() -> bool:
             cur = self._conn.execute("DELETE FROM data_keys WHERE session_id=?", (session_id,))
             return cur.rowcount == 1
@@ -187,6 +225,8 @@ class SQLiteKeyRing(_Threaded):
         return await self._run(run)
 
     async def all(self) -> list[tuple[str, WrappedKey]]:
+        """Cancellation: reads only; a cancelled call changed nothing."""
+
         def run() -> list[tuple[str, WrappedKey]]:
             rows = self._conn.execute(
                 "SELECT session_id, kek_id, wrapped FROM data_keys ORDER BY session_id"
@@ -196,6 +236,8 @@ class SQLiteKeyRing(_Threaded):
         return await self._run(run)
 
     async def one_of(self, kek_id: str) -> tuple[str, WrappedKey] | None:
+        """Cancellation: reads only; a cancelled call changed nothing."""
+
         def run() -> tuple[str, WrappedKey] | None:
             row = self._conn.execute(
                 "SELECT session_id, wrapped FROM data_keys WHERE kek_id=? LIMIT 1", (kek_id,)
@@ -205,6 +247,8 @@ class SQLiteKeyRing(_Threaded):
         return await self._run(run)
 
     async def aclose(self) -> None:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
         await self._run(self._conn.close)
 
 
@@ -282,6 +326,7 @@ class PostgresKeyRing(_Threaded):
         return await trio.to_thread.run_sync(run)
 
     async def get_many(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
+        """Cancellation: reads only; a cancelled call changed nothing."""
         ids = list(dict.fromkeys(session_ids))
 
         def run() -> dict[str, WrappedKey]:
@@ -294,6 +339,9 @@ class PostgresKeyRing(_Threaded):
         return await self._run(run)
 
     async def add(self, session_id: str, wrapped: WrappedKey) -> WrappedKey:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
         def run() -> WrappedKey:
             self._conn.execute(
                 f"INSERT INTO {self._table} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
@@ -308,6 +356,9 @@ class PostgresKeyRing(_Threaded):
         return await self._run(run)
 
     async def replace(self, session_id: str, old: WrappedKey, new: WrappedKey) -> bool:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
         def run() -> bool:
             cur = self._conn.execute(
                 f"UPDATE {self._table} SET kek_id = %s, wrapped = %s"
@@ -319,6 +370,9 @@ class PostgresKeyRing(_Threaded):
         return await self._run(run)
 
     async def forget(self, session_id: str) -> bool:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
         def run() -> bool:
             cur = self._conn.execute(
                 f"DELETE FROM {self._table} WHERE session_id = %s", (session_id,)
@@ -328,6 +382,8 @@ class PostgresKeyRing(_Threaded):
         return await self._run(run)
 
     async def all(self) -> list[tuple[str, WrappedKey]]:
+        """Cancellation: reads only; a cancelled call changed nothing."""
+
         def run() -> list[tuple[str, WrappedKey]]:
             rows = self._conn.execute(
                 f"SELECT session_id, kek_id, wrapped FROM {self._table} ORDER BY session_id"
@@ -337,9 +393,13 @@ class PostgresKeyRing(_Threaded):
         return await self._run(run)
 
     async def aclose(self) -> None:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
         await self._run(self._conn.close)
 
     async def one_of(self, kek_id: str) -> tuple[str, WrappedKey] | None:
+        """Cancellation: reads only; a cancelled call changed nothing."""
+
         def run() -> tuple[str, WrappedKey] | None:
             row = self._conn.execute(
                 f"SELECT session_id, wrapped FROM {self._table} WHERE kek_id = %s LIMIT 1",

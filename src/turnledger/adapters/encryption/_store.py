@@ -421,13 +421,18 @@ class EncryptedStore:
         Raises:
             ContentEncrypted: no key was given (and the session has events).
             PlaintextRefused, DecryptionFailed, WrongKey: see each.
+
+        Cancellation: as the inner store's.
         """
         return await self._opened(await self.inner.read(session_id, after))
 
     async def read_decoded(
         self, session_id: str, decoder: EventDecoder[_T], after: int = 0
     ) -> list[_T]:
-        """The inner store's ``read_decoded``, each row opened on its I/O thread."""
+        """The inner store's ``read_decoded``, each row opened on its I/O thread.
+
+        Cancellation: as the inner store's.
+        """
         if self.locked:
             return [_locked(ev) for ev in await self.inner.read(session_id, after)]
         await self._load([session_id])
@@ -440,7 +445,10 @@ class EncryptedStore:
         decoder: EventDecoder[_T],
         fold: Callable[[str, list[_T]], _R],
     ) -> dict[str, _R]:
-        """The inner store's ``read_decoded_many``, each row opened."""
+        """The inner store's ``read_decoded_many``, each row opened.
+
+        Cancellation: as the inner store's.
+        """
         if self.locked:
             for sid in session_ids:
                 for ev in await self.inner.read(sid):
@@ -453,11 +461,17 @@ class EncryptedStore:
         return out
 
     async def read_all(self, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
-        """The inner store's feed, opened."""
+        """The inner store's feed, opened.
+
+        Cancellation: as the inner store's.
+        """
         return await self._opened(await self.inner.read_all(after, limit))
 
     async def session_ids(self) -> list[str]:
-        """The inner store's sessions (ids are not content: they stay clear)."""
+        """The inner store's sessions (ids are not content: they stay clear).
+
+        Cancellation: as the inner store's.
+        """
         out: list[str] = await self.inner.session_ids()
         return out
 
@@ -482,11 +496,17 @@ class EncryptedStore:
         return await eraser(session_id, sealed)
 
     async def acquire(self, session_id: str) -> None:
-        """The inner store's ``acquire``."""
+        """The inner store's ``acquire``.
+
+        Cancellation: as the inner store's.
+        """
         await self.inner.acquire(session_id)
 
     async def release(self, session_id: str) -> None:
-        """The inner store's ``release``."""
+        """The inner store's ``release``.
+
+        Cancellation: as the inner store's.
+        """
         await self.inner.release(session_id)
 
     async def aclose(self) -> None:
@@ -538,7 +558,10 @@ class SealedSnapshots:
 
     async def latest(self, session_id: str) -> Any:
         """The inner store's latest, opened; one that does not open comes
-        back with an empty body, so loading it reports it damaged."""
+        back with an empty body, so loading it reports it damaged.
+
+        Cancellation: as the inner store's.
+        """
         snap = await self.inner.latest(session_id)
         if snap is None:
             return None
@@ -557,7 +580,10 @@ class SealedSnapshots:
         await self.inner.drop(session_id)
 
     async def aclose(self) -> None:
-        """The inner store's ``aclose``."""
+        """The inner store's ``aclose``.
+
+        Cancellation: as the inner store's.
+        """
         await self.inner.aclose()
 
 

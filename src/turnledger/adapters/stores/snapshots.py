@@ -38,6 +38,7 @@ class MemorySnapshots:
             self.kept[snapshot.session_id] = snapshot
 
     async def latest(self, session_id: str) -> Snapshot | None:
+        """Cancellation: reads only; a cancelled call changed nothing."""
         await trio.lowlevel.checkpoint()
         return self.kept.get(session_id)
 
@@ -47,7 +48,10 @@ class MemorySnapshots:
         self.kept.pop(session_id, None)
 
     async def aclose(self) -> None:
-        """Nothing to release."""
+        """Nothing to release.
+
+        Cancellation: nothing to interrupt.
+        """
 
 
 _COLUMNS = "session_id, version, schema, checksum, anchor_tag, anchor_at, body"
@@ -128,6 +132,8 @@ class SQLiteSnapshots(_Threaded):
         await self._run(run)
 
     async def latest(self, session_id: str) -> Snapshot | None:
+        """Cancellation: reads only; a cancelled call changed nothing."""
+
         def run() -> Snapshot | None:
             r = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM snapshots WHERE session_id=?", (session_id,)
@@ -219,6 +225,8 @@ class PostgresSnapshots(_Threaded):
         await self._run(run)
 
     async def latest(self, session_id: str) -> Snapshot | None:
+        """Cancellation: reads only; a cancelled call changed nothing."""
+
         def run() -> Snapshot | None:
             r = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM {self._table} WHERE session_id = %s", (session_id,)
