@@ -23,7 +23,8 @@ PUBLIC: dict[str, str] = {
     "turnledger.adapters.encryption": (
         "KEYS_ENV KEY_FILE_ENV ContentEncrypted DecryptionFailed EncryptedStore EncryptionError "
         "KeyProvider KeyRing PlaintextRefused PostgresKeyRing SQLiteKeyRing SealedSnapshots "
-        "StaticKeys WrappedKey WrongKey keys_from_env keys_from_environment keys_from_file new_key_line rotate_keys"
+        "StaticKeys WrappedKey WrongKey keys_from_env keys_from_environment keys_from_file "
+        "new_key_line rotate_keys"
     ),
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
