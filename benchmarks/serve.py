@@ -154,7 +154,8 @@ def _probe_main(url: str) -> None:
 
     parts = urlsplit(url)
     address = (parts.hostname or "127.0.0.1", parts.port or 80)
-    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    # A loopback Host: without a token, serve answers no other (403).
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     results: list[tuple[float, float, str, float]] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -317,3 +318,31 @@ def test_the_trio_hub_under_asyncio_says_which_one_to_use() -> None:
                 pass  # pragma: no cover
 
     asyncio.run(main())
+
+
+def test_asyncio_code_erases_and_prunes(tmp_path: Path) -> None:
+    from turnledger.adapters.stores import open_store as _open_store
+    from turnledger.aio import open_hub as _aio_open_hub
+    from turnledger.sessions import RetentionPolicy
+    from turnledger.testing import ScriptedProvider as _Scripted
+
+    async def main() -> tuple[int, list[str], int, int]:
+        async with _aio_open_hub(
+            lambda: _open_store(tmp_path / "e.db"), _Scripted.instant("yes"), model="m"
+        ) as hub:
+            await hub.open_session("a", subject="u")
+            await (await hub.submit("b", "q", subject="u")).outcome()
+            await (await hub.submit("c", "q1")).outcome()
+            await (await hub.submit("c", "q2")).outcome()
+            one = await hub.erase("a")
+            rest = await hub.erase_subject("u")
+            steps = await hub.prune(RetentionPolicy(max_turns=1))
+            return (
+                one.events,
+                [r.session_hash for r in rest],
+                len(steps),
+                len(await hub.history("c")),
+            )
+
+    events, hashes, steps, turns = asyncio.run(main())
+    assert events == 1 and len(hashes) == 1 and steps == 1 and turns == 1

@@ -12,11 +12,15 @@ import pytest
 
 PUBLIC: dict[str, str] = {
     "turnledger": (
-        "CodecError ConcurrencyConflict ContentEncrypted DecodeError DecryptionFailed "
-        "EncryptionError InvalidCommand LeaseLost LimitExceeded PlaintextRefused ProviderError "
-        "ReplayError SessionClosed SessionOwnedElsewhere StoreCorrupted StoreError StoreFull "
-        "StoreUnavailable StreamProtocolError TurnLedgerError UnknownEventTag WrongEventLoop "
-        "WrongKey __version__"
+        "AnthropicChat CodecError CommittedResult ConcurrencyConflict ContentEncrypted "
+        "DecodeError DecryptionFailed DiscardedResult EncryptionError InvalidCommand JournalStore "
+        "LeaseLost Ledger LimitExceeded MemoryStore OllamaChat OpenAIChat OpenAIResponses "
+        "PlaintextRefused PostgresStore ProviderError ProviderSettings ProviderSettingsError "
+        "RejectedResult ReplayError RetryPolicy SQLiteStore SessionClosed SessionOwnedElsewhere "
+        "StoreCapReached StoreCorrupted StoreError StoreFull StoreUnavailable StreamLimits "
+        "StreamProtocolError Tool ToolError ToolInvocation Turn TurnLedgerError TurnResult "
+        "UnknownEventTag UnknownSession Window WrongEventLoop WrongKey __version__ open_hub "
+        "open_provider open_store"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
@@ -28,11 +32,12 @@ PUBLIC: dict[str, str] = {
     ),
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
-        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Event EventCodec "
+        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Erasure Event EventCodec "
         "EventDecoder EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason "
         "RequestId SessionId SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
         "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
-        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource"
+        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource "
+        "session_hash"
     ),
     "turnledger.sessions": (
         "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AwaitingTools Budget Cancel "
@@ -40,11 +45,13 @@ PUBLIC: dict[str, str] = {
         "Completion DescribesModels Discarded DiscardedResult Ending Endings Failed "
         "Failure History Hub HubStatistics Idle InFlight Interrupt JsonChatEncoder "
         "Message ModelInfo Pending Plan Provider RejectedResult RequestEncoder "
-        "ResponseStarted Role SessionState Start StreamSink Streaming Submit "
+        "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink "
+        "Streaming Submit "
         "Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
         "ToolResult ToolRound Turn TurnHandle TurnResult build_messages decide "
-        "ending_of evolve initial_state is_in_flight open_hub plan prompt_token_cap "
-        "replay replay_sessions request_messages"
+        "ending_of erase_sessions evolve initial_state is_in_flight open_hub plan plan_retention "
+        "prompt_token_cap prune_store replay replay_sessions request_messages "
+        "sessions_of_subject subject_of"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",
@@ -54,12 +61,14 @@ PUBLIC: dict[str, str] = {
     ),
     "turnledger.adapters.providers": (
         "PROVIDER_KINDS AnthropicChat AnthropicEncoder AnthropicEventValidator "
-        "AnthropicStreamDecoder NDJSONDecoder OllamaChat OllamaLineValidator "
+        "AnthropicStreamDecoder Endpoint NDJSONDecoder OllamaChat OllamaLineValidator "
         "OllamaResponseDecoder OllamaStreamDecoder OpenAIChat OpenAIChunkValidator "
         "OpenAIResponseDecoder OpenAIResponses OpenAIStreamDecoder ProviderKind "
-        "ResponseDecoder ResponsesEncoder ResponsesEventValidator ResponsesStreamDecoder "
-        "RetryPolicy SSEDecoder ServerSentEvent StreamLimits Utf8Decoder loads_object "
-        "loads_strict map_httpx_error parse_openai_completion parse_retry_after"
+        "ProviderSettings ResponseDecoder ResponsesEncoder ResponsesEventValidator "
+        "ResponsesStreamDecoder "
+        "RetryPolicy SSEDecoder ServerSentEvent StreamLimits Utf8Decoder configured_endpoint "
+        "loads_object loads_strict map_httpx_error open_provider parse_openai_completion "
+        "parse_retry_after"
     ),
     "turnledger.adapters.stores": (
         "JournalStore MemorySnapshots MemoryStore PostgresSnapshots PostgresStore SQLiteSnapshots "
@@ -94,6 +103,48 @@ def test_all_is_pinned_sorted_and_complete(name: str) -> None:
         if not n.startswith("_") and not isinstance(v, type(importlib))
     }
     assert public <= set(names) | {"annotations"}, public - set(names)
+
+
+def test_the_top_level_names_are_their_homes_objects_loaded_on_use() -> None:
+    # Each everyday name is the object its public home module exports; it
+    # loads on first use, and dir() lists it before that.
+    import subprocess
+    import sys
+
+    import turnledger
+
+    lazy = turnledger._LAZY
+    assert set(lazy) == set(turnledger.__all__) - set(vars(turnledger._errors)) - {"__version__"}
+    for name, home in lazy.items():
+        assert name in importlib.import_module(home).__all__
+        assert getattr(turnledger, name) is getattr(importlib.import_module(home), name)
+    probe = (
+        "import sys, turnledger\n"
+        "listed = set(dir(turnledger)) >= set(turnledger.__all__)\n"
+        "print(listed, 'trio' in sys.modules, 'turnledger.sessions' in sys.modules)\n"
+        "turnledger.Tool\n"
+        "print('turnledger.sessions' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["True", "False", "False", "True"]
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        turnledger.nope  # noqa: B018
+
+
+def test_the_type_checker_sees_every_lazy_name() -> None:
+    # The names mypy sees (the TYPE_CHECKING imports) are the lazy ones.
+    import ast
+
+    import turnledger
+
+    tree = ast.parse(Path(turnledger.__file__).read_text(encoding="utf-8"))
+    [block] = [
+        n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n.test)
+    ]
+    seen = {a.name for n in block.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert seen == set(turnledger._LAZY)
 
 
 _PRIVATE_KIT_IMPORT = re.compile(r"turnledger\.testing\.(_\w+) import (\([^)]*\)|[^\n]*)")

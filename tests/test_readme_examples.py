@@ -142,7 +142,7 @@ def test_each_program_runs(block: Block, server: LoopbackServer, tmp_path: Path)
     for exchange in server.exchanges:
         key = exchange.header("x-api-key") or exchange.header("authorization")
         assert key is None or key.endswith(KEY)
-    for name in re.findall(r'Store\.open\("([^"]+)"\)', block.code):
+    for name in re.findall(r'(?:Store\.open|open_store)\("([^"]+)"\)', block.code):
         assert (tmp_path / name).exists()
 
 
@@ -150,6 +150,9 @@ def test_the_readme_has_one_trio_and_one_asyncio_program() -> None:
     readme = [b for b in blocks_of(ROOT / "README.md") if b.is_program]
     assert [re.findall(_PROGRAM, b.code) for b in readme] == [["trio.run"], ["asyncio.run"]]
     assert all(OPENAI_URL in b.code for b in readme)
+    # The front door: the everyday names come from turnledger itself.
+    for b in readme:
+        assert re.findall(r"^(?:from|import) turnledger\S*", b.code, re.M) == ["from turnledger"]
 
 
 # --- excerpts ----------------------------------------------------------------

@@ -6,6 +6,8 @@
     ├── InvalidCommand          the caller broke the state machine; state unchanged
     ├── ReplayError             a stored log does not fold; the log is suspect
     ├── SessionClosed           the session or hub was used after it closed
+    ├── ProviderSettingsError   no provider can be built from these settings
+    ├── UnknownSession          no session has that id (never was, or erased)
     ├── CodecError              an event or envelope could not be encoded/decoded
     │   └── UnknownEventTag     a wire tag (or tag version) this release does not know
     ├── StoreError              failures of an event store, mapped at the boundary
@@ -13,6 +15,7 @@
     │   ├── StoreUnavailable        the store cannot be reached or opened
     │   ├── StoreCorrupted          stored bytes fail their checks (names the place)
     │   ├── StoreFull               a configured size cap refuses the append
+    │   │   └── StoreCapReached         the store's own size cap (not the disk) refuses it
     │   └── SessionOwnedElsewhere   another process owns the session
     │       └── LeaseLost               this store's lease was taken over: a stale append
     └── ProviderError           raised by provider adapters and stream decoders
@@ -39,9 +42,11 @@ __all__ = [
     "LeaseLost",
     "LimitExceeded",
     "ProviderError",
+    "ProviderSettingsError",
     "ReplayError",
     "SessionClosed",
     "SessionOwnedElsewhere",
+    "StoreCapReached",
     "StoreCorrupted",
     "StoreError",
     "StoreFull",
@@ -49,6 +54,7 @@ __all__ = [
     "StreamProtocolError",
     "TurnLedgerError",
     "UnknownEventTag",
+    "UnknownSession",
     "WrongEventLoop",
 ]
 
@@ -78,6 +84,23 @@ class ReplayError(TurnLedgerError):
 
 class SessionClosed(TurnLedgerError):
     """A session, turn or hub was used after it was closed."""
+
+
+class ProviderSettingsError(TurnLedgerError, ValueError):
+    """A provider cannot be built from its settings: an unknown protocol, an
+    API key variable that is not set, a base URL that is not ``http(s)://``.
+
+    Raised before any connection is made or client created.
+    """
+
+
+class UnknownSession(TurnLedgerError, LookupError):
+    """No session has this id: it never existed, or it was erased. Raised by
+    operations that need one (an erasure); nothing was changed."""
+
+    def __init__(self, session_id: str, detail: str = "") -> None:
+        self.session_id = session_id
+        super().__init__(detail or f"no session {session_id!r}")
 
 
 class CodecError(TurnLedgerError):
@@ -148,6 +171,12 @@ class ContentEncrypted(CodecError):
 
 class StoreFull(StoreError):
     """A configured size cap refused the append; the store is unchanged."""
+
+
+class StoreCapReached(StoreFull):
+    """The store's configured size cap (not the disk) refused the append,
+    after whatever could make room (a compaction, retention) was tried; the
+    store is unchanged."""
 
 
 class SessionOwnedElsewhere(StoreError):

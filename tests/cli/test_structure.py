@@ -63,17 +63,19 @@ def test_the_script_and_python_m_reach_the_same_main() -> None:
 def test_every_command_and_option_has_help_and_an_example() -> None:
     import argparse
 
-    from turnledger.cli import _parser
+    from turnledger.cli import COMMANDS, _parser
 
-    parser = _parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    commands = {choice.dest for choice in sub._choices_actions}
-    assert commands >= {"demo", "chat", "replay", "log", "sessions", "export", "search"}
-    for p in [parser, *sub.choices.values()]:
-        assert p.epilog and "examples:" in p.epilog, p.prog
-        for action in p._actions:
-            assert action.help, f"{p.prog} {action.option_strings or action.dest}"
-        p.format_help()  # every %(default)s and the like formats
+    assert set(COMMANDS) >= {"demo", "chat", "replay", "log", "sessions", "export", "search"}
+    for name in COMMANDS:
+        # Each command's options are built when that command is named.
+        parser = _parser([name])
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        assert {choice.dest for choice in sub._choices_actions} == set(COMMANDS)
+        for p in [parser, sub.choices[name]]:
+            assert p.epilog and "examples:" in p.epilog, p.prog
+            for action in p._actions:
+                assert action.help, f"{p.prog} {action.option_strings or action.dest}"
+            p.format_help()  # every %(default)s and the like formats
 
 
 def test_license_is_mit_with_the_authors() -> None:

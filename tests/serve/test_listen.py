@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -210,3 +211,58 @@ async def test_hypercorn_serves_an_app_on_the_listener_until_the_trigger() -> No
     with pytest.raises(OSError):
         socket.create_connection(address, timeout=2)
     assert time.monotonic() - started < 2  # refused, not queued
+
+
+@contextmanager
+def _no_file_descriptors() -> Iterator[list[int]]:
+    """Every file descriptor the process may open taken (accept(2) then fails
+    with EMFILE); the caller frees them by closing the listed ones."""
+    import errno
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
+    taken: list[int] = []
+    try:
+        while True:
+            try:
+                taken.append(os.dup(0))
+            except OSError as exc:
+                assert exc.errno == errno.EMFILE
+                break
+        yield taken
+    finally:
+        for fd in taken:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_running_out_of_file_descriptors_is_one_line_per_burst_and_waited_out() -> None:
+    import os
+
+    from structlog.testing import capture_logs
+
+    sock = _listening()
+    listener = BatchListener(sock)
+    with _pending(sock, 1), capture_logs() as logs, _no_file_descriptors() as taken:
+
+        async def free_later() -> None:
+            await trio.sleep(0.55)  # about five refused tries, 0.1 s apart
+            for fd in taken:
+                os.close(fd)
+            taken.clear()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(free_later)
+            with trio.fail_after(10):
+                stream = await listener.accept()
+    assert (await stream.receive_some(4)) == b"0000"
+    await stream.aclose()
+    await listener.aclose()
+    events = [e["event"] for e in logs]
+    assert events == ["accept_refused", "accept_resumed"], logs
+    assert logs[0]["error"] == "EMFILE" and "ulimit -n" in logs[0]["detail"]
+    assert logs[1]["refused"] >= 3

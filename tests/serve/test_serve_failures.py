@@ -115,7 +115,7 @@ def test_a_full_disk_under_a_stream_is_store_error_and_reattach_gets_the_outcome
             _, repeat = post_turn(c, "full", "big 200 0.3", rid="r2")
             for outcome in (
                 _reattach(c, "full", "r2")["data"],
-                c.post("/v1/sessions/full/turns/r2/cancel").json(),
+                c.post("/v1/sessions/full/turns/r2/cancel", json={}).json(),
                 repeat[-1]["data"],
             ):
                 assert (outcome["kind"], outcome["reason"], outcome["detail"]) == (
@@ -167,7 +167,7 @@ def test_kept_results_are_bounded_in_bytes_and_a_dropped_one_comes_from_the_stor
             answers["k0"],
             True,
         )
-        cancelled = c.post("/v1/sessions/kept/turns/k0/cancel").json()
+        cancelled = c.post("/v1/sessions/kept/turns/k0/cancel", json={}).json()
         assert (cancelled["kind"], cancelled["answer"]) == ("committed", answers["k0"])
 
 
@@ -220,7 +220,9 @@ def test_a_session_taken_over_under_a_stream_reports_the_recorded_outcome(
         assert _health(a)["relays"] == 0
         # Afterwards the first process reports the same, and refuses to write.
         assert _reattach(a, "taken", "t1")["data"]["reason"] == "interrupted"
-        assert a.post("/v1/sessions/taken/turns/t1/cancel").json()["reason"] == "interrupted"
+        assert (
+            a.post("/v1/sessions/taken/turns/t1/cancel", json={}).json()["reason"] == "interrupted"
+        )
         r2 = a.post("/v1/sessions/taken/turns", json={"question": "again"})
         assert (r2.status_code, r2.json()["error"]["code"]) == (409, "owned_elsewhere")
         tags = [e["tag"] for e in _events(b, "taken")]

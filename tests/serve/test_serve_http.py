@@ -154,7 +154,7 @@ def test_cancel_wins_while_streaming_and_loses_after_the_answer(service: Serve) 
         head = sse_events(r, stop_after_deltas=2)
         assert head[0]["event"] == "turn"
         with service.client() as other:
-            won = other.post("/v1/sessions/cancel-1/turns/r1/cancel")
+            won = other.post("/v1/sessions/cancel-1/turns/r1/cancel", json={})
         rest = sse_events(r)
     assert won.status_code == 200
     assert won.json()["kind"] == "discarded" and won.json()["reason"] == "cancelled"
@@ -163,7 +163,7 @@ def test_cancel_wins_while_streaming_and_loses_after_the_answer(service: Serve) 
     with service.client() as c:
         _, done = post_turn(c, "cancel-1", "hello", rid="r2")
         assert done[-1]["data"]["kind"] == "committed"
-        lost = c.post("/v1/sessions/cancel-1/turns/r2/cancel")
+        lost = c.post("/v1/sessions/cancel-1/turns/r2/cancel", json={})
         assert lost.status_code == 200
         assert lost.json()["kind"] == "committed"  # the answer won the race
         assert [p["request_id"] for _, p in _tags(c, "cancel-1") if "answer" in p] == ["r2"]
@@ -179,7 +179,9 @@ def _error(r: httpx.Response, status: int, code: str) -> None:
 def test_every_error_has_its_status_and_code_and_changes_nothing(service: Serve) -> None:
     with service.client() as c:
         turns = "/v1/sessions/errors-1/turns"
-        _error(c.post(turns, content=b"{not json"), 400, "bad_json")
+        as_json = {"Content-Type": "application/json"}
+        _error(c.post(turns, content=b"{not json", headers=as_json), 400, "bad_json")
+        _error(c.post(turns, content=b'{"question": "q"}'), 415, "unsupported_media_type")
         _error(c.post(turns, json=["a list"]), 400, "bad_json")
         _error(c.post(turns, json={"question": 7}), 400, "bad_field")
         _error(c.post(turns, json={"question": "q", "extra": 1}), 400, "bad_field")
@@ -189,13 +191,16 @@ def test_every_error_has_its_status_and_code_and_changes_nothing(service: Serve)
             bad = c.post(f"/v1/sessions/{segment}/turns", json={"question": "q"})
             _error(bad, 400, "bad_session_id")
         _error(
-            c.post(turns, content=b'{"question": "' + b"x" * 20_000 + b'"}'), 413, "body_too_large"
+            c.post(turns, content=b'{"question": "' + b"x" * 20_000 + b'"}', headers=as_json),
+            413,
+            "body_too_large",
         )
         _error(c.get("/v1/sessions/errors-1"), 404, "unknown_session")  # nothing was created
         _error(c.post(turns, json={"question": ""}), 400, "empty_question")
         _error(c.post(turns, json={"question": "x" * 5000}), 413, "over_budget")
-        _error(c.get("/v1/sessions/errors-1/turns/nope/stream"), 404, "unknown_request")
-        _error(c.post("/v1/sessions/errors-1/turns/nope/cancel"), 404, "unknown_request")
+        # the refused questions created nothing
+        _error(c.get("/v1/sessions/errors-1/turns/nope/stream"), 404, "unknown_session")
+        _error(c.post("/v1/sessions/errors-1/turns/nope/cancel", json={}), 404, "unknown_session")
         _error(c.get("/v1/sessions/nope/turns/r/stream"), 404, "unknown_session")
         _error(c.get("/v1/sessions/errors-1/events", params={"after": "-1"}), 400, "bad_parameter")
         _error(
@@ -208,11 +213,14 @@ def test_every_error_has_its_status_and_code_and_changes_nothing(service: Serve)
         with c.stream("POST", turns, json={"question": "slow 30", "request_id": "b1"}) as r:
             sse_events(r, stop_after_deltas=1)
             _error(c.post(turns, json={"question": "second", "request_id": "b2"}), 409, "busy")
+        _error(c.get("/v1/sessions/errors-1/turns/nope/stream"), 404, "unknown_request")
+        _error(c.post("/v1/sessions/errors-1/turns/nope/cancel", json={}), 404, "unknown_request")
         state = c.get("/v1/sessions/errors-1").json()
-        # only the rejections the session itself records (empty, over budget,
-        # busy) are in its log; the malformed requests never reached it
+        # no refusal is in its log: the empty and over-budget questions and
+        # the busy one were refused before the hub, like malformed requests
         tags = [t for t, _ in _tags(c, "errors-1")]
-        assert tags.count("turn_rejected") == 3
+        assert tags.count("turn_rejected") == 0
+        assert tags[0] == "session_started" and tags.count("turn_submitted") == 1
         assert state["turns"] == [] or state["turns"][0]["request_id"] == "b1"
 
 
@@ -424,7 +432,7 @@ def test_a_turn_beyond_max_starting_waits_for_a_slot(
         # first holds the slot (however slow the machine, it cannot).
         assert not queued_answered.wait(1.0)
         with s.client() as c:
-            cancelled = c.post("/v1/sessions/slot-a/turns/a1/cancel")
+            cancelled = c.post("/v1/sessions/slot-a/turns/a1/cancel", json={})
         assert cancelled.json()["kind"] == "discarded"
         assert queued_answered.wait(15)
         for t in threads:
@@ -454,7 +462,7 @@ def test_a_turn_gives_its_slot_back_after_start_hold(
         assert events[-1]["data"]["kind"] == "committed"
         assert events[-1]["data"]["answer"] == answer_for("hi")
         assert waited < 30
-        c.post("/v1/sessions/hold-a/turns/a1/cancel")
+        c.post("/v1/sessions/hold-a/turns/a1/cancel", json={})
 
 
 def test_every_id_the_library_takes_is_addressable(service: Serve) -> None:
@@ -473,7 +481,7 @@ def test_every_id_the_library_takes_is_addressable(service: Serve) -> None:
             turn = f"{path}/turns/{quote_id(rid)}"
             with c.stream("GET", f"{turn}/stream") as r:
                 assert sse_events(r)[-1]["data"]["request_id"] == rid
-            assert c.post(f"{turn}/cancel").json()["kind"] == "committed"
+            assert c.post(f"{turn}/cancel", json={}).json()["kind"] == "committed"
         # the same id however its characters are escaped: "~" as %7E too
         assert c.get("/v1/sessions/%7E%7Ehome").json()["session_id"] == "~home"
         listed = {s["session_id"] for s in c.get("/v1/sessions?limit=1000").json()["sessions"]}

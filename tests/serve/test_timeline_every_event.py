@@ -170,6 +170,7 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
     summary = session_summary(SESSION, stored)
     assert summary == {
         "session_id": SESSION,
+        "subject": None,
         "events": len(stored),
         "turns": 2,
         "requests": 5,

@@ -181,6 +181,29 @@ async def test_supersede_discards_the_turn_in_flight(store: HookedStore) -> None
     assert provider.cancelled == [R1]
 
 
+async def test_new_session_start_says_what_a_new_session_would_record(
+    store: HookedStore,
+) -> None:
+    provider = ScriptedProvider()
+    async with open_hub(store, provider, model="m", system="default", context_window=4096) as hub:
+        start = await hub.new_session_start()
+        # nothing written, no actor started
+        assert await store.session_ids() == []
+        assert hub.statistics().actors == 0
+        assert (start.system, start.model, start.context_window, start.window_source) == (
+            "default",
+            "m",
+            4096,
+            "user",
+        )
+        state = await hub.open_session("s")
+        assert state.config is not None
+        assert (state.config.context_window, state.config.output_reserve) == (
+            start.context_window,
+            start.output_reserve,
+        )
+
+
 async def test_open_session_fixes_the_settings_once(store: HookedStore) -> None:
     provider = ScriptedProvider()
     async with open_hub(store, provider, model="m", system="default") as hub:

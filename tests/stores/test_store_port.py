@@ -123,6 +123,15 @@ async def test_the_default_feed_needs_positions() -> None:
         await store.read_all()
 
 
+async def test_a_store_without_erase_refuses_it_and_keeps_everything() -> None:
+    store = DictStore()
+    await store.append("s", _one("s"), 0)
+    with pytest.raises(StoreError, match="DictStore does not support erasure"):
+        await store.erase("s")
+    assert len(await store.read("s")) == 1
+    assert await store.erasures() == []
+
+
 def test_a_contract_must_say_whether_its_store_survives_reopening() -> None:
     with pytest.raises(TypeError, match="Forgetful must say whether its store survives reopening"):
 

@@ -6,7 +6,8 @@ import asyncio
 import collections
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias, TypeVar, final
 
@@ -15,8 +16,18 @@ import trio
 
 from .._errors import SessionClosed
 from .._loops import require_asyncio
-from ..events import EventStore, HistoryPolicy, OnBusy
-from ..sessions import HubStatistics, Provider, SessionState, Turn, TurnResult
+from ..events import Erasure, EventStore, HistoryPolicy, OnBusy, ToolErrorPolicy
+from ..sessions import (
+    HubStatistics,
+    Provider,
+    RetentionPolicy,
+    RetentionStep,
+    SessionState,
+    TokenEstimator,
+    Tool,
+    Turn,
+    TurnResult,
+)
 from ..sessions import open_hub as _trio_open_hub
 
 __all__ = ["Hub", "Opener", "TurnHandle", "open_hub"]
@@ -234,19 +245,27 @@ class Hub:
         self._hub = hub
 
     async def submit(
-        self, session_id: str, question: str, *, request_id: str | None = None
+        self,
+        session_id: str,
+        question: str,
+        *,
+        request_id: str | None = None,
+        subject: str | None = None,
     ) -> TurnHandle:
-        """Ask ``question`` in ``session_id``; returns once it is in the mailbox.
+        """Ask ``question`` in ``session_id``; returns once it is in the mailbox
+        (``subject``: whom a session this creates belongs to).
 
         Cancellation: the question may still have been sent; submit again
         with the same ``request_id`` to join it without asking twice.
         """
         require_asyncio("Hub.submit")
-        handle = await self._bridge.run(self._submit, session_id, question, request_id)
+        handle = await self._bridge.run(self._submit, session_id, question, request_id, subject)
         return TurnHandle(self._bridge, handle)
 
-    async def _submit(self, session_id: str, question: str, request_id: str | None) -> Any:
-        return await self._hub.submit(session_id, question, request_id=request_id)
+    async def _submit(
+        self, session_id: str, question: str, request_id: str | None, subject: str | None
+    ) -> Any:
+        return await self._hub.submit(session_id, question, request_id=request_id, subject=subject)
 
     async def open_session(
         self,
@@ -256,15 +275,56 @@ class Hub:
         model: str | None = None,
         policy: HistoryPolicy | None = None,
         on_busy: OnBusy | None = None,
+        subject: str | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> SessionState:
         """Start the session's actor, creating the session with these settings if new."""
         require_asyncio("Hub.open_session")
 
         async def call() -> SessionState:
             state: SessionState = await self._hub.open_session(
-                session_id, system=system, model=model, policy=policy, on_busy=on_busy
+                session_id,
+                system=system,
+                model=model,
+                policy=policy,
+                on_busy=on_busy,
+                subject=subject,
+                retention=retention,
             )
             return state
+
+        return await self._bridge.run(call)
+
+    async def erase(self, session_id: str) -> Erasure:
+        """Erase the session (see :meth:`turnledger.sessions.Hub.erase`).
+
+        Cancellation: the erasure happened or it did not.
+        """
+        require_asyncio("Hub.erase")
+        record: Erasure = await self._bridge.run(self._hub.erase, session_id)
+        return record
+
+    async def erase_subject(self, subject: str) -> list[Erasure]:
+        """Erase every session of ``subject`` (see ``Hub.erase_subject``).
+
+        Cancellation: each erasure happened or did not.
+        """
+        require_asyncio("Hub.erase_subject")
+        records: list[Erasure] = await self._bridge.run(self._hub.erase_subject, subject)
+        return records
+
+    async def prune(
+        self, policy: RetentionPolicy | None = None, *, dry_run: bool = False
+    ) -> list[RetentionStep]:
+        """Apply the retention policy (see ``Hub.prune``).
+
+        Cancellation: each step happened or did not.
+        """
+        require_asyncio("Hub.prune")
+
+        async def call() -> list[RetentionStep]:
+            steps: list[RetentionStep] = await self._hub.prune(policy, dry_run=dry_run)
+            return steps
 
         return await self._bridge.run(call)
 
@@ -387,7 +447,25 @@ async def open_hub(
     provider: Opener[Provider],
     *,
     model: str,
-    **options: Any,
+    system: str = "",
+    policy: HistoryPolicy | None = None,
+    on_busy: OnBusy = "reject",
+    tools: Sequence[Tool] = (),
+    tool_choice: str = "auto",
+    max_tool_rounds: int = 8,
+    on_tool_error: ToolErrorPolicy = "report",
+    max_request_bytes: int | None = None,
+    max_prompt_tokens: int | None = None,
+    token_estimator: TokenEstimator | None = None,
+    context_window: int | None = None,
+    output_reserve: int | None = None,
+    turn_deadline: float | None = 60.0,
+    idle_timeout: float | None = 30.0,
+    passivate_after: float | None = 300.0,
+    mailbox_size: int = 16,
+    shutdown_grace: float = 5.0,
+    clock: Callable[[], float] = time.time,
+    retention: RetentionPolicy | None = None,
 ) -> AsyncIterator[Hub]:
     """Run the session hub on the running asyncio loop while the context is open.
 
@@ -395,10 +473,13 @@ async def open_hub(
         store, provider: the objects :func:`turnledger.sessions.open_hub`
             takes, or openers of them (see :data:`Opener`): a store that
             opens under trio is given as ``lambda: SQLiteStore.open(path)``.
-        model: the default model of sessions the hub creates.
-        options: every other keyword of :func:`turnledger.sessions.open_hub`
-            (``system``, ``policy``, ``on_busy``, ``max_request_bytes``,
-            ``turn_deadline``, ``idle_timeout``, ``shutdown_grace``, ...).
+        model, and every other keyword: those of
+            :func:`turnledger.sessions.open_hub`, with the same defaults
+            and meaning (``system``, ``policy``, ``on_busy``, ``tools``,
+            ``max_request_bytes``, ``context_window``, ``turn_deadline``,
+            ``idle_timeout``, ``shutdown_grace``, ``retention``, ...); a test checks that
+            the two signatures agree, so a type checker catches a
+            misspelt option here as it does there.
 
     Raises:
         WrongEventLoop: called from trio (use :func:`turnledger.sessions.open_hub`).
@@ -407,11 +488,37 @@ async def open_hub(
     On exit the hub shuts down as the trio one does; an exit by cancellation
     waits for that shutdown (bounded by ``shutdown_grace``) before the
     cancellation goes on.
+
+    Cancellation: cancelling the task that enters the context, while the hub
+    opens, stops the trio run and waits for it to end before the
+    cancellation goes on; cancelling the task that holds the context shuts
+    the hub down as leaving it does.
     """
+    options: dict[str, Any] = {
+        "model": model,
+        "system": system,
+        "policy": policy,
+        "on_busy": on_busy,
+        "tools": tools,
+        "tool_choice": tool_choice,
+        "max_tool_rounds": max_tool_rounds,
+        "on_tool_error": on_tool_error,
+        "max_request_bytes": max_request_bytes,
+        "max_prompt_tokens": max_prompt_tokens,
+        "token_estimator": token_estimator,
+        "context_window": context_window,
+        "output_reserve": output_reserve,
+        "turn_deadline": turn_deadline,
+        "idle_timeout": idle_timeout,
+        "passivate_after": passivate_after,
+        "mailbox_size": mailbox_size,
+        "shutdown_grace": shutdown_grace,
+        "clock": clock,
+        "retention": retention,
+    }
     require_asyncio("open_hub")
     loop = asyncio.get_running_loop()
     run = _Run(loop)
-    options["model"] = model
     start_guest(loop, run.finished, run.main, store, provider, options)
     try:
         await asyncio.wait((run.ready, run.done), return_when=asyncio.FIRST_COMPLETED)

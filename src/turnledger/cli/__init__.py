@@ -2,7 +2,8 @@
 
 One module per command family: :mod:`._demo`, :mod:`._chat` and
 :mod:`._read` (``replay``, ``log``, ``sessions``, over :mod:`turnledger.timeline`),
-:mod:`._browse` (``export``, ``search``), :mod:`._serve` (``serve``, from
+:mod:`._browse` (``export``, ``search``), :mod:`._lifecycle` (``erase``,
+``prune``), :mod:`._serve` (``serve``, from
 :mod:`turnledger.serve`); :mod:`._terminal` and :mod:`._hints` serve ``chat``
 on a terminal;
 :mod:`._stores` opens the store a command names, :mod:`._errors` holds the
@@ -26,19 +27,21 @@ Exit codes (stable, for scripts):
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-import trio
-
-from .. import CodecError, ContentEncrypted, ReplayError, StoreError, TurnLedgerError, __version__
-from ._browse import add_browse_parsers
-from ._chat import add_chat_parser
-from ._demo import add_demo_parser
-from ._display import visible
+from .. import (
+    CodecError,
+    ContentEncrypted,
+    ReplayError,
+    StoreError,
+    TurnLedgerError,
+    __version__,
+)
 from ._errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -50,11 +53,6 @@ from ._errors import (
     scrub,
     secrets_of,
 )
-from ._keys import add_keys_parsers
-from ._logs import CommandLog
-from ._read import add_read_parsers
-from ._serve import add_serve_parser
-from ._stores import use_key_file
 
 __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
 
@@ -86,7 +84,50 @@ def _logging_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> N
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+#: Every command: its module, the function there that adds its parser (and
+#: those of the commands listed with it), and its line in ``turnledger --help``.
+#: Only the command being run has its module imported (``turnledger --help``
+#: imports none: trio, httpx, the stores and the chat stay unloaded); the
+#: others get a parser with just their help line, which is all the top-level
+#: help shows. tests/cli/test_startup.py checks that each line here is the one
+#: the module's parser gives.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("_demo", "add_demo_parser",
+             "run a scripted conversation against a built-in loopback server"),
+    "chat": ("_chat", "add_chat_parser",
+             "chat with a model (a prompt on a terminal, one question per line from a pipe)"),
+    "replay": ("_read", "add_read_parsers", "rebuild history from a log"),
+    "log": ("_read", "add_read_parsers", "the event timeline of a log"),
+    "sessions": ("_read", "add_read_parsers",
+                 "sessions with turn counts and last outcome (and owners, on PostgreSQL)"),
+    "export": ("_browse", "add_browse_parsers", "one session as Markdown or JSON"),
+    "search": ("_browse", "add_browse_parsers",
+               "committed turns whose question or answer holds TEXT"),
+    "serve": ("_serve", "add_serve_parser", "HTTP API and browser timeline over a store"),
+    "erase": ("_lifecycle", "add_lifecycle_parsers",
+              "erase a session, or every session of a subject, byte for byte"),
+    "prune": ("_lifecycle", "add_lifecycle_parsers",
+              "erase sessions idle for too long, trim old turns"),
+    "keygen": ("_keys", "add_keys_parsers", "print a new key-encryption key line"),
+    "rekey": ("_keys", "add_keys_parsers",
+              "rewrap an encrypted store's data keys under the current key"),
+}  # fmt: skip
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (no
+    option before the command takes a value), or None."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser, with the full options of the command ``argv`` names (if
+    any) and a help line for every other command."""
     p = argparse.ArgumentParser(
         prog="turnledger",
         description="LLM chat sessions whose history can be trusted.",
@@ -112,13 +153,16 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="one of the commands below"
     )
-
-    add_demo_parser(sub, common)
-    add_chat_parser(sub, common)
-    add_read_parsers(sub, common)
-    add_browse_parsers(sub, common)
-    add_serve_parser(sub, common)
-    add_keys_parsers(sub, common)
+    chosen = _command_of(argv)
+    family = None if chosen is None else COMMANDS[chosen][:2]
+    for name, (module, adder, help_line) in COMMANDS.items():
+        if (module, adder) == family:
+            # The module adds this command and the others it holds, once.
+            add = getattr(importlib.import_module(f"{__name__}.{module}"), adder)
+            add(sub, common)
+            family = None
+        elif chosen is None or COMMANDS[name][:2] != COMMANDS[chosen][:2]:
+            sub.add_parser(name, help=help_line, parents=[common])
     return p
 
 
@@ -127,6 +171,8 @@ def _exit_code(raised: BaseException, secrets: set[str]) -> int:
     exc = raised
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+
+    from ._display import visible
 
     def say(message: str) -> None:
         print(scrub(f"turnledger: {visible(message, lines=True)}", secrets), file=sys.stderr)
@@ -165,7 +211,16 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    args = _parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(words).parse_args(words)
+    # Imported only now: ``turnledger --help`` has ended above without them.
+    import trio
+
+    from ._logs import CommandLog
+    from ._stores import use_key_file
+
+    use_key_file(args.key_file)
+
     # demo and chat tell a story on a terminal: their log lines wait until
     # it is told (._logs); chat's window line tells the window's facts.
     args.command_log = CommandLog(
@@ -176,7 +231,6 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         told=getattr(args, "told", ()),
     )
     args.command_log.configure()
-    use_key_file(args.key_file)
     try:
         code = trio.run(args.run, args)
     except BaseException as raised:

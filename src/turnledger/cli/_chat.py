@@ -16,8 +16,8 @@ import attrs
 import httpx
 import trio
 
-from .. import __version__
-from ..adapters.providers import PROVIDER_KINDS, OllamaChat
+from .. import ProviderSettingsError, __version__
+from ..adapters.providers import PROVIDER_KINDS
 from ..events import DEFAULT_CODEC, EventStore, Window
 from ..sessions import (
     Budget,
@@ -31,7 +31,7 @@ from ..sessions import (
     prompt_token_cap,
     replay,
 )
-from ._args import at_least, http_url, key_json, positive, text_arg
+from ._args import add_provider_arguments, open_configured_provider, provider_settings, text_arg
 from ._display import Out, describe, visible
 from ._errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Exit, display_db, scrub
 from ._hints import ChatSettings, hint
@@ -73,22 +73,6 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog=_EXAMPLES % {"data": data_dir() / "chat.db"},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    c.add_argument("--provider", choices=list(PROVIDER_KINDS), default="openai",
-                   help="the wire protocol: " + "; ".join(
-                       f"{k.name}: {k.summary}" for k in PROVIDER_KINDS.values())
-                   + " (default: %(default)s)")  # fmt: skip
-    c.add_argument("--base-url", type=http_url, help="e.g. " + ", ".join(
-                       f"{k.example_url} ({k.name})" for k in PROVIDER_KINDS.values())
-                   + "; default: the provider's variable (" + ", ".join(
-                       dict.fromkeys(k.url_env for k in PROVIDER_KINDS.values()))
-                   + "), else the built-in loopback server")  # fmt: skip
-    c.add_argument("--model", type=text_arg, default=None,
-                   help="model name, e.g. gpt-4o (required with an endpoint; "
-                   "default with the loopback server: loopback)")  # fmt: skip
-    c.add_argument("--api-key-env", default=None, metavar="NAME",
-                   help="environment variable holding the API key, e.g. MY_KEY (default: "
-                   + ", ".join(dict.fromkeys(k.key_env for k in PROVIDER_KINDS.values()))
-                   + ", by provider)")  # fmt: skip
     c.add_argument("--db", default=None, metavar="DB",
                    help="event log: a SQLite file, a .jsonl journal or a PostgreSQL URL "
                    f"(default: {data_dir() / 'chat.db'})")  # fmt: skip
@@ -100,31 +84,7 @@ def add_chat_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     c.add_argument("--system", type=text_arg, default=None,
                    help="system prompt, e.g. 'Be brief.' (fixed when a session starts)"
                    )  # fmt: skip
-    c.add_argument("--max-request-bytes", type=positive(int), default=None, metavar="N",
-                   help="cap on the request body, in bytes, e.g. 200000")  # fmt: skip
-    c.add_argument("--max-prompt-tokens", type=positive(int), default=None, metavar="N",
-                   help="cap on the estimated prompt tokens (~4 characters a token)")  # fmt: skip
-    c.add_argument("--context-window", type=positive(int), default=None, metavar="TOKENS",
-                   help="the model's context window (default: ask the server, else a "
-                   "known model family, else 8192)")  # fmt: skip
-    c.add_argument("--output-reserve", type=at_least(0), default=None, metavar="TOKENS",
-                   help="tokens of the window kept for the answer (default: --max-tokens, "
-                   "else a quarter of the window, at most 4096)")  # fmt: skip
-    c.add_argument("--window", type=positive(int), default=None, metavar="N",
-                   help="history policy Window(N): keep at most N turns in the context, "
-                   "evicted turns never come back (default: Ledger, keep every turn)")  # fmt: skip
-    c.add_argument("--timeout", type=positive(float), default=120.0, metavar="SECONDS",
-                   help="overall deadline per turn (default: %(default)s)")  # fmt: skip
-    c.add_argument("--max-tokens", type=at_least(1), default=None, metavar="N",
-                   help="most tokens in an answer, e.g. 500 (OpenAI and Anthropic "
-                   "max_tokens, Responses max_output_tokens, Ollama num_predict); an answer "
-                   "cut there is not kept")  # fmt: skip
-    c.add_argument("--temperature", type=float, default=None, metavar="T",
-                   help="sampling temperature, e.g. 0.2 (default: the server's)")  # fmt: skip
-    c.add_argument("--stop", action="append", default=None,
-                   help="stop sequence, e.g. --stop END (repeatable)")  # fmt: skip
-    c.add_argument("--param", action="append", type=key_json, default=[], metavar="KEY=JSON",
-                   help="any other request field, e.g. --param seed=7 (repeatable)")  # fmt: skip
+    add_provider_arguments(c)
     # On a terminal the log lines wait until the chat ends, and the window
     # line tells the context window (so its log lines are not shown there).
     c.set_defaults(run=_run_chat, hold_logs=True, told=_WINDOW_EVENTS)
@@ -141,22 +101,14 @@ class _Endpoint:
 def _configured_endpoint(args: argparse.Namespace) -> _Endpoint | None:
     """The endpoint the user configured, as the library reads it: the
     option, else the provider's environment variable; None if neither."""
-    if args.base_url:
-        return _Endpoint(args.base_url, "--base-url")
-    name = PROVIDER_KINDS[args.provider].url_env
-    base = os.environ.get(name)
-    if not base:
-        return None
-    if name == "OLLAMA_HOST" and "://" not in base:
-        base = "http://" + base  # OLLAMA_HOST is often host:port
-    return _Endpoint(_env_url(name, base), name)
-
-
-def _env_url(name: str, value: str) -> str:
     try:
-        return http_url(value)
-    except argparse.ArgumentTypeError as exc:
-        raise Exit(EXIT_USAGE, f"{name}: {exc}") from None
+        configured = provider_settings(args).endpoint()
+    except ProviderSettingsError as exc:  # (the variable's value is not repeated)
+        raise Exit(EXIT_USAGE, str(exc)) from None
+    if configured is None:
+        return None
+    source = "--base-url" if configured.source == "base_url" else configured.source
+    return _Endpoint(configured.url, source)
 
 
 def _key_var(args: argparse.Namespace) -> str:
@@ -166,44 +118,11 @@ def _key_var(args: argparse.Namespace) -> str:
 
 
 def _make_provider(args: argparse.Namespace, endpoint: _Endpoint) -> Any:
-    if endpoint.source == "loopback":
-        key: str | None = ""  # the built-in loopback server: never send a key there
-    elif args.api_key_env:
-        key = os.environ.get(args.api_key_env)
-        if key is None:
-            raise Exit(EXIT_USAGE, f"--api-key-env: {args.api_key_env} is not set")
-    else:
-        key = None  # the provider's own default: OPENAI_API_KEY, ANTHROPIC_API_KEY...
-    extra = dict(args.param)
-    if args.provider == "ollama":
-        given = extra.pop("options", None) or {}
-        if not isinstance(given, dict):
-            raise Exit(EXIT_USAGE, "--param options=... must be a JSON object")
-        options: dict[str, Any] = dict(given)
-        if args.temperature is not None:
-            options["temperature"] = args.temperature
-        if args.max_tokens is not None:
-            options["num_predict"] = args.max_tokens
-        if args.stop:
-            options["stop"] = args.stop
-        return OllamaChat(
-            base_url=endpoint.base_url,
-            api_key=key,
-            options=options or None,
-            extra=extra or None,
-            timeout=OllamaChat.default_timeout,
-        )
-    # The others take the same options; each says what its API calls them
-    # (and refuses what it lacks: the Responses API has no stop sequences).
-    cls = PROVIDER_KINDS[args.provider].provider_class()
-    return cls(
-        base_url=endpoint.base_url,
-        api_key=key,
-        temperature=args.temperature,
-        max_tokens=args.max_tokens,
-        stop=args.stop,
-        extra=extra or None,
-        timeout=cls.default_timeout,
+    # The same provider serve builds from the same options; each protocol
+    # says what its API calls them (and refuses what it lacks: the
+    # Responses API has no stop sequences).
+    return open_configured_provider(
+        provider_settings(args), endpoint.base_url, loopback=endpoint.source == "loopback"
     )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..adapters.providers import PROVIDER_KINDS
+from ..adapters.providers import PROVIDER_KINDS, open_provider
 from ..adapters.stores import store_kind
 from ..events import DEFAULT_CODEC, EventStore, ToolCall, TurnSubmitted
 from ..sessions import (
@@ -33,6 +33,7 @@ from ..sessions import (
     open_hub,
     replay,
 )
+from ._args import add_provider_arguments
 from ._display import Out, command_name, describe
 from ._errors import EXIT_FAILED, EXIT_OK, display_db
 from ._stores import open_to_write
@@ -135,7 +136,7 @@ async def _run_demo(args: argparse.Namespace) -> int:
 
 def _open(protocol: str, url: str) -> Any:
     # The loopback server is never sent a key.
-    return PROVIDER_KINDS[protocol].provider_class()(base_url=url, api_key="")
+    return open_provider(protocol, base_url=url, api_key="")
 
 
 def _print_turns(out: Out, turns: Any) -> None:
@@ -478,8 +479,6 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     d.add_argument("--db", default="turnledger-demo.db",
                    help="event log, e.g. demo.db or demo.jsonl (default: %(default)s)")  # fmt: skip
-    d.add_argument("--provider", choices=list(PROVIDER_KINDS), default="openai",
-                   help="the wire protocol the scenes speak (default: %(default)s); "
-                   "the last scene runs one turn through each")  # fmt: skip
+    add_provider_arguments(d, scripted=True)
     # On a terminal the story is told first and the log lines after it.
     d.set_defaults(run=_run_demo, hold_logs=True)

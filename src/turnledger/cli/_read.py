@@ -13,7 +13,7 @@ import attrs
 
 from ..adapters.stores import PostgresStore, SessionLease
 from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
-from ..sessions import SessionState, Turn, replay
+from ..sessions import SessionState, Turn, replay, subject_of
 from ..timeline import phase_name, session_summary, timeline
 from ._args import at_least, text_arg
 from ._display import fmt_time, print_json, visible
@@ -233,6 +233,10 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
     owners: dict[str, SessionLease] | None = None
     try:
         streams = await _load(store, None)
+        if args.subject is not None:
+            streams = {s: e for s, e in streams.items() if subject_of(e) == args.subject}
+            if not streams:
+                raise Exit(EXIT_NOT_FOUND, f"no session of subject {visible(args.subject)!r}")
         if isinstance(store, PostgresStore):  # the store that has owners
             owners = {lease.session_id: lease for lease in await store.owners()}
     finally:
@@ -341,4 +345,6 @@ def add_read_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     ss.add_argument("db", metavar="DB", help=_DB_HELP)
     ss.add_argument("--json", action="store_true", help="one JSON object per session")
+    ss.add_argument("--subject", type=text_arg, help="only the sessions of this subject "
+                    "(whom they belong to; see 'turnledger erase --subject')")  # fmt: skip
     ss.set_defaults(run=_cmd_sessions)

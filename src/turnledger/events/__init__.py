@@ -36,7 +36,7 @@ from ._events import (
     Window,
     WindowSource,
 )
-from ._store import BaseEventStore, EventDecoder, EventStore, PayloadNotJSON
+from ._store import BaseEventStore, Erasure, EventDecoder, EventStore, PayloadNotJSON, session_hash
 from .codec import DEFAULT_CODEC, SCHEMA_VERSIONS, WIRE_TAGS, EventCodec
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "BaseEventStore",
     "CompletionIgnored",
     "DiscardReason",
+    "Erasure",
     "Event",
     "EventCodec",
     "EventDecoder",
@@ -77,4 +78,5 @@ __all__ = [
     "Usage",
     "Window",
     "WindowSource",
+    "session_hash",
 ]

@@ -65,14 +65,17 @@ DiscardReason: TypeAlias = Literal[
     "tool_error",
     "context_overflow",
     "store_error",
+    "erased",
 ]
 #: The closed set of reasons a turn can be discarded for.
 DISCARD_REASONS: Final[frozenset[str]] = frozenset(get_args(DiscardReason))
 
 #: ``store_error``: the store refused the Submit's events (a full disk, an
 #: I/O error); only a caller's result says so, since nothing was written.
+#: ``limit``: the store's size cap refused the Submit and nothing could make
+#: room (the session cannot fit); nothing was written either.
 RejectReason: TypeAlias = Literal[
-    "empty_question", "invalid_question", "over_budget", "busy", "store_error"
+    "empty_question", "invalid_question", "over_budget", "busy", "store_error", "limit"
 ]
 #: The closed set of reasons a Submit can be refused before any transport.
 REJECT_REASONS: Final[frozenset[str]] = frozenset(get_args(RejectReason))
@@ -170,6 +173,15 @@ class SessionStarted:
     output_reserve: int | None = None
     #: Where the window and the reserve came from.
     window_source: WindowSource = "none"
+    #: Whom the session belongs to (the end user, a tenant's user id): what
+    #: an erasure of every session of one person looks up. ``None``: nobody
+    #: named (and every session written before subjects were recorded).
+    subject: str | None = None
+    #: The session's own retention: erased this many seconds after its last
+    #: event (``None``: only the hub's or the command's policy applies).
+    retain_seconds: int | None = None
+    #: ... and trimmed to its newest this many committed turns.
+    retain_turns: int | None = None
 
 
 @attrs.frozen

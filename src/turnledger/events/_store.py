@@ -5,26 +5,53 @@ its sessions)."""
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
+
+import attrs
 
 from .._errors import StoreCorrupted, StoreError
 from ._envelope import StoredEvent
 
 __all__ = [
     "BaseEventStore",
+    "Erasure",
     "EventDecoder",
     "EventStore",
     "PayloadNotJSON",
     "check_batch",
     "damage",
     "decode_events",
+    "session_hash",
 ]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 _I = TypeVar("_I")
+
+
+def session_hash(session_id: str) -> str:
+    """The SHA-256 (hex) of a session id's UTF-8: how an erasure record names
+    the session it erased without keeping the id itself."""
+    return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@attrs.frozen
+class Erasure:
+    """The content-free record a store keeps of an erasure, so an audit can
+    show that one happened: never the session id, never any of its text."""
+
+    #: :func:`session_hash` of the erased session's id.
+    session_hash: str
+    #: Unix time of the erasure.
+    erased_at: float
+    #: Events removed.
+    events: int
+    #: Events kept in their place (a trim to the newest turns); 0 for a
+    #: whole session.
+    kept: int = 0
 
 
 class PayloadNotJSON(ValueError):
@@ -130,6 +157,34 @@ class EventStore(Protocol):
         """Every session that has at least one event, in order of first event."""
         ...
 
+    async def erase(self, session_id: str, keep: Sequence[StoredEvent] = ()) -> Erasure:
+        """Remove every event of ``session_id`` so that no byte of it stays
+        in the store's files, and keep a content-free :class:`Erasure`.
+
+        ``keep``: events (``seq`` running 1, 2, ...) that take the
+        session's place in the same atomic step (a trim to the newest turns);
+        empty, the session is gone: every read treats it as unknown.
+
+        Returns:
+            The erasure record kept.
+
+        Raises:
+            UnknownSession: the store holds no event of ``session_id``;
+                nothing was changed.
+            StoreError: nothing was erased.
+
+        Cancellation: the erasure is never interrupted halfway: a cancelled
+        call either erased the session or left it whole.
+        """
+        ...
+
+    async def erasures(self) -> list[Erasure]:
+        """The erasure records kept, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
+        ...
+
     async def acquire(self, session_id: str) -> None:
         """Become the single writer of ``session_id`` (no-op for one-process stores).
 
@@ -212,6 +267,8 @@ class BaseEventStore(ABC):
     - :meth:`append` (:meth:`check_batch` checks the batch) and :meth:`read`;
     - :meth:`session_ids` or :meth:`read_all`, whichever the store keeps
       (each has a default over the other; a store must write one);
+    - :meth:`erase` and :meth:`erasures` to support erasure (the defaults
+      refuse with ``StoreError``);
     - :meth:`acquire` and :meth:`release` if several processes share it
       (the defaults do nothing: a store for one process needs no owner);
     - :meth:`aclose` if it holds anything (the default holds nothing).
@@ -284,6 +341,21 @@ class BaseEventStore(ABC):
         feed.sort(key=_position)
         feed = [ev for ev in feed if _position(ev) > after]
         return feed if limit is None else feed[:limit]
+
+    async def erase(self, session_id: str, keep: Sequence[StoredEvent] = ()) -> Erasure:
+        """Refused: a store of one's own that can remove its bytes writes
+        this (see :meth:`EventStore.erase`).
+
+        Raises:
+            StoreError: always; nothing was changed.
+
+        Cancellation: nothing to interrupt.
+        """
+        raise StoreError(f"{type(self).__name__} does not support erasure")
+
+    async def erasures(self) -> list[Erasure]:
+        """None kept: a store that does not erase has no erasure records."""
+        return []
 
     async def acquire(self, session_id: str) -> None:  # noqa: B027 (does nothing on purpose)
         """Nothing: a store for one process needs no owner. A store shared

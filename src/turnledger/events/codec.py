@@ -75,7 +75,7 @@ _CLASSES: Final[Mapping[str, type[Any]]] = {tag: cls for cls, tag in WIRE_TAGS.i
 
 #: Current schema version of each tag's payload.
 SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
-    "session_started": 3,
+    "session_started": 4,
     "turn_submitted": 2,
     "turn_rejected": 1,
     "stream_started": 1,
@@ -126,6 +126,12 @@ def _session_started_v2_to_v3(payload: Payload) -> Payload:
     }
 
 
+def _session_started_v3_to_v4(payload: Payload) -> Payload:
+    # v3 recorded no subject (such a session belongs to nobody named) and no
+    # retention of its own.
+    return {**payload, "subject": None, "retain_seconds": None, "retain_turns": None}
+
+
 def _turn_discarded_v1_to_v2(payload: Payload) -> Payload:
     # v1 did not record how much preview the caller had seen.
     return {**payload, "preview_chars": 0}
@@ -145,6 +151,7 @@ def _completion_ignored_v1_to_v2(payload: Payload) -> Payload:
 UPCASTERS: Final[Mapping[tuple[str, int], Upcaster]] = {
     ("session_started", 1): _session_started_v1_to_v2,
     ("session_started", 2): _session_started_v2_to_v3,
+    ("session_started", 3): _session_started_v3_to_v4,
     ("turn_submitted", 1): _turn_submitted_v1_to_v2,
     ("turn_discarded", 1): _turn_discarded_v1_to_v2,
     ("completion_ignored", 1): _completion_ignored_v1_to_v2,

@@ -20,9 +20,20 @@ Modules:
 - ``_window``: which context window a new session gets (asked of the
   provider once per model).
 - ``_tickets``: what a caller holds for one Submit (preview and result).
+- ``_lifecycle``: erasure and retention over a store (a subject's sessions,
+  a policy's steps applied).
 - ``_log``: the log vocabulary (event and field names) and the field builders.
 """
 
 from ._hub import Hub, HubStatistics, TurnHandle, open_hub
+from ._lifecycle import erase_sessions, prune_store, sessions_of_subject
 
-__all__ = ["Hub", "HubStatistics", "TurnHandle", "open_hub"]
+__all__ = [
+    "Hub",
+    "HubStatistics",
+    "TurnHandle",
+    "erase_sessions",
+    "open_hub",
+    "prune_store",
+    "sessions_of_subject",
+]

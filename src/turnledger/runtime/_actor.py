@@ -67,6 +67,7 @@ from .._errors import (
     ProviderError,
     SessionClosed,
     SessionOwnedElsewhere,
+    StoreCapReached,
     StoreCorrupted,
     StoreError,
     describe_store_error,
@@ -432,6 +433,7 @@ class Actor:
         "_batch",
         "_debug",
         "_ended",
+        "_erasing",
         "_flight",
         "_info",
         "_log",
@@ -480,6 +482,9 @@ class Actor:
         #: When the actor last came to rest (trio clock); None while in flight.
         self.idle_since: float | None = None
         self._stop = False
+        #: Stopping because the session is being erased: nothing more is
+        #: written, and the turn in flight ends as ``erased``.
+        self._erasing = False
         #: The store may hold events this state has not seen (a cancelled
         #: append, a conflict): read before writing again.
         self._unsynced = False
@@ -504,10 +509,22 @@ class Actor:
     def in_flight(self) -> bool:
         return self._flight is not None
 
+    @property
+    def busy(self) -> bool:
+        """A turn in flight, or a batch being handled (a retention run must
+        leave such a session alone: its actor may itself be waiting for room)."""
+        return self._flight is not None or bool(self._batch)
+
     def request_stop(self) -> None:
         """Stop after the current batch (the hub is closing)."""
         self._stop = True
         self.poke()
+
+    def request_erase(self) -> None:
+        """Stop at once, writing nothing more: the session is being erased
+        (its turn in flight, if any, ends as ``erased``)."""
+        self._erasing = True
+        self.request_stop()
 
     def retire_request_task(self) -> None:
         """Let the request task go (the session is idle): it stops where it
@@ -622,7 +639,7 @@ class Actor:
         self.idle_since = trio.current_time()
         while True:
             if self._stop:
-                return "hub_closed"
+                return "erased" if self._erasing else "hub_closed"
             flight = self._flight
             # At rest, and in flight too, a plain wait: no cancel scope and
             # no timer. The hub's janitor pokes actors idle for too long; its
@@ -675,7 +692,7 @@ class Actor:
         self.mailbox.close()
         interrupted, self._batch = self._batch, ()
         try:
-            if registered and error is None:
+            if registered and error is None and why != "erased":
                 try:
                     if self._unsynced:
                         await self._reload()
@@ -714,8 +731,11 @@ class Actor:
                     f"{type(error).__name__}: {error}"
                 )
                 gone.__cause__ = error
+            if why == "erased":
+                gone = SessionClosed(f"session {sid!r} was erased")
+                self._end_erased()
             for _, ticket in (*interrupted, *queued):
-                if ticket is not None:
+                if ticket is not None and not ticket.done:
                     ticket.fail(gone)
             for tickets in self._waiting.values():
                 for ticket in tickets:
@@ -734,6 +754,19 @@ class Actor:
                     rt.counters.actors_passivated += 1
                 self._log.debug("actor_stopped", why=why, version=self.state.version)
                 rt.routing.stopped(self)
+
+    def _end_erased(self) -> None:
+        """The session is being erased: its turn in flight ends as
+        ``erased`` for whoever waits for it (nothing is written: every
+        event of the session is about to go)."""
+        flight = self._flight
+        for rid, tickets in self._waiting.items():
+            preview = flight.chars if flight is not None and flight.request_id == rid else 0
+            result = DiscardedResult(rid, "erased", "the session was erased", preview)
+            for ticket in tickets:
+                if not ticket.done:
+                    ticket.resolve(result)
+        self._waiting.clear()
 
     def _adopt(self, request_id: RequestId, ticket: Ticket) -> None:
         ending = ending_of(self.state, request_id)
@@ -761,6 +794,7 @@ class Actor:
             # Only the late_completion line (info) tells it.
             self._received_at = trio.current_time()
         conflicted = False
+        room_made = False
         for attempt in range(MAX_CONFLICTS + 1):
             decided: list[Event] | None = None
             try:
@@ -794,6 +828,13 @@ class Actor:
             except StoreError as exc:
                 if recovering or not _survivable(exc):
                     raise
+                if isinstance(exc, StoreCapReached) and not room_made:
+                    # The store's cap: the hub's retention may make room
+                    # (erasing idle sessions, trimming old turns); once.
+                    room_made = True
+                    make_room = rt.make_room
+                    if make_room is not None and await make_room(self.session_id):
+                        continue
                 await self._store_failed(batch, decided, exc)
                 self._batch = ()
                 return trio.current_time()
@@ -966,7 +1007,10 @@ class Actor:
             rid = msg.request_id
             ending = ending_of(state, rid)
             if ending is None:
-                ticket.resolve(RejectedResult(rid, "store_error", detail))
+                # The store's own cap, with no room to be made: the session
+                # cannot fit (``limit``); anything else is ``store_error``.
+                reason = "limit" if isinstance(exc, StoreCapReached) else "store_error"
+                ticket.resolve(RejectedResult(rid, reason, detail))
             elif ending.kind == "in_flight":
                 self._wait_for(rid, ticket)  # resolved with its turn, below or later
             else:

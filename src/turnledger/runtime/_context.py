@@ -9,7 +9,7 @@ the hub itself: which actors exist and which are stopping is the hub's alone
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
@@ -139,6 +139,10 @@ class Runtime(Generic[A]):
     #: Tool functions by name: the hub's, and those given to open_session.
     tools: Mapping[str, Tool] = attrs.field(factory=dict)
     session_tools: dict[str, Mapping[str, Tool]] = attrs.field(factory=dict)
+
+    #: When the store's size cap refuses an append: make room (the hub's
+    #: retention, sparing the session named) and say whether any was made.
+    make_room: Callable[[str], Awaitable[bool]] | None = None
 
     def tools_of(self, session_id: str) -> Mapping[str, Tool]:
         """The tool functions a session's calls run."""

@@ -16,6 +16,7 @@ when the session is first created, and stay what the log says afterwards.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -25,9 +26,10 @@ from typing import final
 import attrs
 import trio
 
-from .._errors import InvalidCommand, SessionClosed
+from .._errors import InvalidCommand, SessionClosed, StoreCapReached, describe_store_error
 from .._loops import require_trio
 from ..events import (
+    Erasure,
     EventStore,
     HistoryPolicy,
     Ledger,
@@ -40,11 +42,13 @@ from ..sessions._machine import SessionState
 from ..sessions._messages import Cancel, Start, Submit
 from ..sessions._ports import Provider
 from ..sessions._projection import Budget, CharTokenEstimator, TokenEstimator
-from ..sessions._results import TurnResult
+from ..sessions._results import RejectedResult, TurnResult
+from ..sessions._retention import RetentionPolicy, RetentionStep, plan_retention
 from ..sessions._snapshot import SnapshotStore
 from ..sessions._tools import Tool
 from ._actor import KEEP_REQUEST_TASK, Actor, Item
 from ._context import Config, Counters, Runtime
+from ._lifecycle import apply_step, erase_all, log_step, plan_store, sessions_of_subject
 from ._log import get_logger
 from ._snapshots import recover_state
 from ._tickets import Ticket
@@ -132,12 +136,14 @@ class _Routes:
     methods, and only these methods and the hub change the table.
     """
 
-    __slots__ = ("actors", "closed", "ending", "starting")
+    __slots__ = ("actors", "closed", "ending", "erasing", "starting")
 
     def __init__(self) -> None:
         self.actors: dict[str, Actor] = {}
         self.starting: dict[str, trio.Event] = {}
         self.ending: dict[str, trio.Event] = {}
+        #: Sessions being erased or trimmed: no actor starts for them until done.
+        self.erasing: dict[str, trio.Event] = {}
         self.closed = False
 
     def started(self, actor: Actor) -> None:
@@ -150,10 +156,30 @@ class _Routes:
         sid = actor.session_id
         if self.actors.get(sid) is actor:
             del self.actors[sid]
-        self.ending[sid] = trio.Event()
+        # (An erasure may have made it already, to wait for this actor.)
+        self.ending.setdefault(sid, trio.Event())
 
     def stopped(self, actor: Actor) -> None:
         self.ending.pop(actor.session_id).set()
+
+
+class _WarningsOnly:
+    """The log of a window asked for a session not yet created: the
+    provider's fallback warning is said (once per model, whoever asks
+    first), the ``context_window`` line is left to the session that records
+    the window."""
+
+    def __init__(self) -> None:
+        self._log = get_logger()
+
+    def info(self, event: str, **fields: object) -> None:
+        pass
+
+    def warning(self, event: str, **fields: object) -> None:
+        self._log.warning(event, **fields)
+
+
+_window_log = _WarningsOnly()
 
 
 @final
@@ -263,10 +289,12 @@ class Hub:
         provider: Provider,
         config: Config,
         tools: Mapping[str, Tool] | None = None,
+        retention: RetentionPolicy | None = None,
         snapshots: SnapshotStore | None = None,
     ) -> None:
         self._nursery = nursery
         self._config = config
+        self._retention = retention
         self._counters = Counters()
         self._routes = routes = _Routes()
         self._runtime = Runtime(
@@ -284,6 +312,7 @@ class Hub:
             routing=routes,
             timers=Timers(config.idle_timeout),
             tools=dict(tools or {}),
+            make_room=None if retention is None else self._make_room,
             snapshots=snapshots,
         )
         self._store = store
@@ -305,6 +334,8 @@ class Hub:
             busy = self._routes.starting.get(session_id)
             if busy is None:
                 busy = self._routes.ending.get(session_id)
+            if busy is None:
+                busy = self._routes.erasing.get(session_id)
             if busy is not None:
                 await busy.wait()
                 continue
@@ -348,7 +379,12 @@ class Hub:
     # -- public API ----------------------------------------------------------
 
     async def submit(
-        self, session_id: str, question: str, *, request_id: str | None = None
+        self,
+        session_id: str,
+        question: str,
+        *,
+        request_id: str | None = None,
+        subject: str | None = None,
     ) -> TurnHandle:
         """Ask ``question`` in ``session_id`` (created with the hub's defaults if new).
 
@@ -362,6 +398,13 @@ class Hub:
                 same id again never records the question twice: the new
                 handle gets the original turn's result (``repeated=True``
                 once it had ended) or joins it while in flight.
+            subject: whom a session created by this Submit belongs to
+                (recorded in its ``SessionStarted``; see :meth:`erase_subject`).
+                A session that exists keeps the subject it was created with.
+
+        A new session whose first event the store's size cap refuses (after
+        the hub's retention, if any, tried to make room) gets a
+        :class:`~turnledger.sessions.RejectedResult` with reason ``limit``.
 
         Raises:
             SessionClosed: the hub is closed.
@@ -376,7 +419,18 @@ class Hub:
             _check_id("request id", request_id)
         rid = RequestId(uuid4_hex() if request_id is None else request_id)
         ticket = Ticket()
-        await self._send(session_id, (Submit(rid, question), ticket))
+        start = None if subject is None else attrs.evolve(self._config.start, subject=subject)
+        try:
+            try:
+                await self._send(session_id, (Submit(rid, question), ticket), start)
+            except StoreCapReached:
+                # A new session whose first event the store's cap refused:
+                # room made by the retention, once, else it cannot fit.
+                if not await self._make_room(session_id):
+                    raise
+                await self._send(session_id, (Submit(rid, question), ticket), start)
+        except StoreCapReached as exc:
+            ticket.resolve(RejectedResult(rid, "limit", describe_store_error(exc)))
         return TurnHandle(self, session_id, rid, ticket)
 
     async def open_session(
@@ -388,8 +442,15 @@ class Hub:
         policy: HistoryPolicy | None = None,
         on_busy: OnBusy | None = None,
         tools: Sequence[Tool] | None = None,
+        subject: str | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> SessionState:
         """Start the session's actor, creating the session with these settings if new.
+
+        ``subject`` names whom the session belongs to (an erasure of every
+        session of one person finds it by that); ``retention`` is the
+        session's own retention, recorded with it (whole seconds and turns),
+        applied by :meth:`prune` on top of the hub's.
 
         Settings left ``None`` take the hub's defaults. A session that exists
         keeps the settings of its ``SessionStarted``. ``tools`` replace the
@@ -413,6 +474,9 @@ class Hub:
             policy=base.policy if policy is None else policy,
             on_busy=base.on_busy if on_busy is None else on_busy,
             tools=base.tools if tools is None else tuple(t.spec for t in tools),
+            subject=subject,
+            retain_seconds=_whole_seconds(retention),
+            retain_turns=None if retention is None else retention.max_turns,
         )
         if tools is not None:
             self._runtime.session_tools[session_id] = _by_name(tools)
@@ -421,6 +485,7 @@ class Hub:
             "model": model,
             "policy": policy,
             "on_busy": on_busy,
+            "subject": subject,
         }
         actor = await self._actor(session_id, start)
         config = actor.state.config
@@ -464,9 +529,177 @@ class Hub:
         )
         return state
 
+    async def new_session_start(self) -> Start:
+        """What a session created now would record in its ``SessionStarted``:
+        the hub's system prompt, model and policies, with the context window
+        and output reserve the model gets (the provider is asked once per
+        model for the hub's life, as a new session asks). Nothing is written.
+
+        An edge that must refuse a first question without creating its
+        session (``turnledger serve``) measures it against this.
+
+        Cancellation: asking the provider may be cancelled; nothing changes.
+        """
+        rt = self._runtime
+        return await rt.windows.start(rt.provider, self._config.start, rt.config, _window_log)
+
     async def history(self, session_id: str) -> tuple[Turn, ...]:
         """The session's committed turns, oldest first."""
         return tuple((await self.state(session_id)).turns)
+
+    # -- erasure and retention -------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, session_id: str, *, busy_ok: bool) -> AsyncIterator[bool]:
+        """Hold ``session_id`` with no actor running and none starting: a
+        running one is stopped first, writing nothing more (its turn in
+        flight ends as ``erased``). With ``busy_ok`` false, a session whose
+        turn is in flight is left alone (yields False)."""
+        routes = self._routes
+        while True:
+            if routes.closed:
+                raise SessionClosed("the hub is closed")
+            other = routes.erasing.get(session_id) or routes.starting.get(session_id)
+            if other is None:
+                break
+            await other.wait()
+        gate = routes.erasing[session_id] = trio.Event()
+        try:
+            actor = routes.actors.get(session_id)
+            if actor is not None and actor.busy and not busy_ok:
+                yield False
+                return
+            if actor is not None:
+                ending = routes.ending.setdefault(session_id, trio.Event())
+                actor.request_erase()
+                await ending.wait()
+            else:
+                ending_now = routes.ending.get(session_id)
+                if ending_now is not None:
+                    await ending_now.wait()
+            yield True
+        finally:
+            del routes.erasing[session_id]
+            gate.set()
+
+    async def _drop_snapshot(self, session_id: str) -> None:
+        # A snapshot holds the session's content: it goes first (losing one
+        # costs a longer replay, never an event), then the events.
+        snapshots = self._runtime.snapshots
+        if snapshots is not None:
+            await snapshots.drop(session_id)
+
+    async def erase(self, session_id: str) -> Erasure:
+        """Erase the session: every event of it leaves the store, so that it
+        reads as unknown everywhere (history, replay, export, search).
+
+        A turn in flight is cancelled first: its callers get a
+        :class:`~turnledger.sessions.DiscardedResult` with reason
+        ``erased``, questions still queued get ``SessionClosed``, and the
+        actor stops without writing anything more. The store keeps only a
+        content-free :class:`~turnledger.events.Erasure` record (the id's
+        SHA-256, the time, the event count). A later Submit to the same id
+        starts a new, empty session.
+
+        Returns:
+            The erasure record.
+
+        Raises:
+            UnknownSession: the store holds no such session; nothing changed.
+            SessionClosed: the hub is closed.
+            StoreError, SessionOwnedElsewhere: the store refused; the
+                session is as it was (its actor restarts when addressed).
+
+        Cancellation: once the store's erasure started it is not
+        interrupted; a cancelled call either erased the session or left it
+        whole (its actor may have been stopped: it comes back by replay).
+        """
+        _check_id("session id", session_id)
+        async with self._exclusive(session_id, busy_ok=True):
+            with trio.CancelScope(shield=True):
+                await self._drop_snapshot(session_id)
+                record = await self._store.erase(session_id)
+        self._runtime.session_tools.pop(session_id, None)
+        log_step(session_id, record, "erase")
+        return record
+
+    async def erase_subject(self, subject: str) -> list[Erasure]:
+        """:meth:`erase` every session whose ``SessionStarted`` names
+        ``subject``; ``[]`` if there is none.
+
+        Raises:
+            SessionClosed, StoreError: as :meth:`erase` (the sessions
+                erased before the error stay erased).
+
+        Cancellation: each erasure happened or did not; the ones done stay done.
+        """
+        _check_id("subject", subject)
+        ids = await sessions_of_subject(self._store, subject)
+        return await erase_all(self._store, ids, self.erase)
+
+    async def prune(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        now: float | None = None,
+        dry_run: bool = False,
+    ) -> list[RetentionStep]:
+        """Apply the retention policy (``policy``, else the hub's, with each
+        session's own on top): erase the sessions idle for too long, cut the
+        oldest turns of the ones that keep too many. Pruning is an erasure,
+        with its guarantees, and each step is logged (``session_erased``,
+        ``session_trimmed``). A session whose turn is in flight is left for
+        the next time.
+
+        Args:
+            now: the time to judge idleness by (default: the hub's clock).
+            dry_run: only say what would be done; nothing changes.
+
+        Returns:
+            The steps taken (with ``dry_run``, the steps that would be).
+
+        Cancellation: each step happened or did not; the ones done stay done.
+        """
+        return await self._prune(policy, now, dry_run, ())
+
+    async def _make_room(self, session_id: str) -> bool:
+        """The store's cap refused ``session_id``'s append: apply the
+        retention to the other sessions; whether it erased or cut anything."""
+        if self._retention is None:
+            return False
+        return bool(await self._prune(None, None, False, (session_id,)))
+
+    async def _prune(
+        self,
+        policy: RetentionPolicy | None,
+        now: float | None,
+        dry_run: bool,
+        spare: Sequence[str],
+    ) -> list[RetentionStep]:
+        rule = policy or self._retention or RetentionPolicy()
+        when = self._config.clock() if now is None else now
+        busy = [sid for sid, a in self._routes.actors.items() if a.busy]
+        steps = await plan_store(self._store, rule, when, skip=[*busy, *spare])
+        if dry_run:
+            return steps
+        done = []
+        for step in steps:
+            async with self._exclusive(step.session_id, busy_ok=False) as free:
+                if not free:
+                    continue
+                # Planned again now that nothing writes to it.
+                fresh = plan_retention(
+                    step.session_id, await self._store.read(step.session_id), rule, when
+                )
+                if fresh is None:
+                    continue
+                with trio.CancelScope(shield=True):
+                    await self._drop_snapshot(step.session_id)
+                    await apply_step(self._store, fresh)
+                if fresh.action == "erase":
+                    self._runtime.session_tools.pop(step.session_id, None)
+                done.append(fresh)
+        return done
 
     def statistics(self) -> HubStatistics:
         """Counters for monitoring and tests."""
@@ -544,6 +777,7 @@ async def open_hub(
     mailbox_size: int = 16,
     shutdown_grace: float = 5.0,
     clock: Callable[[], float] = time.time,
+    retention: RetentionPolicy | None = None,
     snapshots: SnapshotStore | None = None,
     snapshot_every: int | None = 1000,
     snapshot_chars: int | None = 4_000_000,
@@ -591,6 +825,8 @@ async def open_hub(
         shutdown_grace: seconds each actor may take, on exit, to write the
             ``interrupted`` discards (even if the exit is a cancellation).
         clock: wall clock for events' ``recorded_at`` (injectable for tests).
+        retention: the policy :meth:`Hub.prune` applies (each session's own
+            applies too); ``None``: only sessions' own.
         snapshots: where to keep snapshots of long sessions (for example
             ``await snapshots_beside(db)``, see docs/snapshots.md); an actor
             then starts from its session's latest snapshot plus the events
@@ -643,7 +879,9 @@ async def open_hub(
     unwrapped: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            hub = Hub(nursery, store, provider, config, by_name, snapshots=snapshots)
+            hub = Hub(
+                nursery, store, provider, config, by_name, retention=retention, snapshots=snapshots
+            )
             try:
                 yield hub
             finally:
@@ -656,6 +894,12 @@ async def open_hub(
         unwrapped = group.exceptions[0]
     if unwrapped is not None:
         raise unwrapped
+
+
+def _whole_seconds(retention: RetentionPolicy | None) -> int | None:
+    if retention is None or retention.max_idle is None:
+        return None
+    return max(1, math.ceil(retention.max_idle))
 
 
 def _by_name(tools: Sequence[Tool]) -> dict[str, Tool]:

@@ -69,6 +69,8 @@ EVENTS: Final[dict[str, str]] = {
     "request_error": "error",
     "context_window": "info",
     "context_window_fallback": "warning",
+    "session_erased": "info",
+    "session_trimmed": "info",
 }
 
 #: Every key that may appear in those lines (besides structlog's own
@@ -109,6 +111,10 @@ FIELDS: Final[frozenset[str]] = frozenset(
         "estimated_prompt_tokens",
         "prompt_tokens",
         "completion_tokens",
+        "events",
+        "kept",
+        "turns",
+        "session_hash",
     }
 )
 

@@ -1,7 +1,12 @@
 """``turnledger serve``: the HTTP service and the browser timeline.
 
 - :func:`create_app`: the ASGI application over a running hub and its store
-  (Starlette; served by Hypercorn's trio worker in ``turnledger serve``).
+  (Starlette; served by Hypercorn's trio worker in ``turnledger serve``),
+  with its :class:`ServeSettings` (and :class:`NewSessionBudget`, what a
+  question to a new session must fit before it reaches the hub).
+- :func:`run_serve`: the whole service (store, provider, hub, server,
+  signals) from one typed :class:`ServeOptions`, which ``turnledger serve``
+  builds from its options.
 - :func:`timeline_model` / :func:`render_page`: one session's timeline as
   data (the rows of :mod:`turnledger.timeline`, as JSON), and the
   self-contained HTML page that draws it (the page at ``/``, and the static
@@ -20,10 +25,12 @@ from ._ids import quote_id, unquote_id
 from ._timeline import explain, render_page, session_page, session_summary, timeline_model
 
 if _TYPE_CHECKING:
-    from ._app import ServeSettings, create_app
-    from ._server import ServeOptionsError, add_serve_arguments, run_serve
+    from ._app import NewSessionBudget, ServeSettings, create_app
+    from ._server import ServeOptions, ServeOptionsError, add_serve_arguments, run_serve
 
 __all__ = [
+    "NewSessionBudget",
+    "ServeOptions",
     "ServeOptionsError",
     "ServeSettings",
     "add_serve_arguments",
@@ -39,8 +46,10 @@ __all__ = [
 ]
 
 _LAZY = {
+    "NewSessionBudget": "_app",
     "ServeSettings": "_app",
     "create_app": "_app",
+    "ServeOptions": "_server",
     "ServeOptionsError": "_server",
     "add_serve_arguments": "_server",
     "run_serve": "_server",

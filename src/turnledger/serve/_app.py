@@ -6,7 +6,9 @@ with a stable code, never a traceback):
 - ``POST /v1/sessions/{id}/turns`` → ``text/event-stream``: ``turn``, then
   ``delta`` events (SSE ``id`` 1, 2, … numbers the deltas of that turn), then
   ``outcome``. A refused question gets an HTTP error instead (409 busy, 413
-  over budget, 400 empty or invalid), since it never streams.
+  over budget, 400 empty or invalid), since it never streams; those the edge
+  can decide (see ``_Service._refusal``) are refused before the hub and
+  write nothing, so no session is created by a refused first question.
 - ``GET /v1/sessions/{id}/turns/{request_id}/stream`` with ``Last-Event-ID: k``
   → the deltas after ``k`` once, then the outcome; a turn that ended gets
   just the outcome. A client going away never cancels a turn.
@@ -14,6 +16,13 @@ with a stable code, never a traceback):
 - ``GET /v1/sessions``, ``/v1/sessions/{id}``, ``/v1/sessions/{id}/events``,
   ``/v1/sessions/{id}/state``, ``/v1/sessions/{id}/timeline`` and its live
   ``/follow`` stream; ``GET /healthz``; the timeline page at ``/``.
+
+Who may ask (``_guard``): with a token, whoever sends it; without one, only
+this machine's pages and programs (a loopback ``Host``, and an ``Origin``
+that is the service's own or one of ``ServeSettings.allowed_origins``).
+Every POST is ``application/json``, parsed strictly (``wire.loads_object``).
+Responses that leave a connection unusable (sent before the body was read,
+or an event stream) close it (``_edge``).
 
 An ``{id}`` is any id the library takes, written by :func:`quote_id`: routes
 match the path as it was sent (``raw_path``), so an escaped ``/`` stays
@@ -45,7 +54,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from functools import partial
 from typing import Any
-from urllib.parse import quote, quote_from_bytes
+from urllib.parse import quote, quote_from_bytes, urlsplit
 
 import attrs
 import orjson
@@ -59,28 +68,37 @@ from starlette.routing import Route
 
 from .. import (
     ContentEncrypted,
+    DecodeError,
     EncryptionError,
     InvalidCommand,
     SessionClosed,
     SessionOwnedElsewhere,
     StoreError,
+    UnknownSession,
 )
 from .._errors import describe_store_error
 from ..events import DEFAULT_CODEC, EventStore, StoredEvent
 from ..sessions import (
+    Budget,
     CommittedResult,
     DiscardedResult,
     Hub,
     RejectedResult,
+    SessionState,
+    Start,
     TurnHandle,
     TurnResult,
+    ending_of,
     is_in_flight,
+    plan,
+    prompt_token_cap,
     replay,
 )
+from ..wire import loads_object
 from ._ids import unquote_id
 from ._timeline import LIVE_PAGE_POLICY, phase_name, render_page, session_summary, timeline_model
 
-__all__ = ["ServeSettings", "create_app"]
+__all__ = ["NewSessionBudget", "ServeSettings", "create_app"]
 
 log = structlog.get_logger("turnledger.serve")
 
@@ -96,6 +114,7 @@ _REJECT_STATUS = {
     "empty_question": 400,
     "invalid_question": 400,
     "store_error": 503,
+    "limit": 507,
 }
 #: What a kept result costs besides its JSON: its key (two ids) and the
 #: table's entry, as an estimate (see ServeSettings.keep_results_bytes).
@@ -104,11 +123,36 @@ _SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
 @attrs.frozen(kw_only=True)
+class NewSessionBudget:
+    """What a question to a session that does not exist yet must fit on its
+    own: the hub's caps (``max_request_bytes``, ``max_prompt_tokens``, with
+    the provider's encoder) and the settings the hub creates sessions with.
+
+    A question over it is refused before the hub (413 ``over_budget``) and
+    creates nothing. A session that exists is measured by its own settings
+    and window instead (see ``_Service._refusal``).
+    """
+
+    budget: Budget
+    model: str
+    system: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class ServeSettings:
     """What the application needs besides the hub and the store."""
 
-    #: Bearer token every route requires; ``None`` for none (loopback only).
+    #: Bearer token every route requires; ``None`` for none (loopback only:
+    #: then only a loopback ``Host``, and an ``Origin`` that is the service's
+    #: own or in ``allowed_origins``, are served).
     token: str | None = None
+    #: Browser origins (``scheme://host[:port]``, lowercase, no path) whose
+    #: pages may call the API: their requests pass the origin check, and
+    #: their preflights and responses carry CORS headers.
+    allowed_origins: frozenset[str] = frozenset()
+    #: The budget questions to new sessions are measured by at the edge;
+    #: ``None``: only empty and invalid questions are refused there.
+    new_session_budget: NewSessionBudget | None = None
     #: Largest request body accepted, in bytes.
     max_body_bytes: int = 1_048_576
     #: Largest page of ``/v1/sessions`` and ``/events``.
@@ -210,6 +254,16 @@ def _check_id(what: str, value: Any) -> str:
     return value
 
 
+def _require_json(request: Request) -> None:
+    # A browser sends a cross-site POST without asking first only if its
+    # type is a "simple" one (text/plain, a form): requiring JSON makes every
+    # other origin's write a preflighted one, which this service never grants
+    # but to the origins it was told to trust.
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind != "application/json":
+        raise ApiError(415, "unsupported_media_type", "POST bodies must be application/json")
+
+
 def _path_id(request: Request, what: str) -> str:
     try:
         return unquote_id(request.path_params[what])
@@ -221,7 +275,9 @@ def _int_param(request: Request, name: str, default: int, *, low: int, high: int
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not re.fullmatch(r"[0-9]{1,18}", raw) or not low <= int(raw) <= high:
+    # Digits only (no sign, space or "_"), and no more than the largest
+    # bound (10**18) has, before int() is asked to read them.
+    if not re.fullmatch(r"[0-9]{1,19}", raw) or not low <= int(raw) <= high:
         raise ApiError(400, "bad_parameter", f"{name} must be an integer in {low}..{high}")
     return int(raw)
 
@@ -334,12 +390,22 @@ class _Service:
         #: JSON, oldest first, and what they cost (see _keep).
         self.done: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self.kept_bytes = 0
+        #: One question of a session at a time, from its check to its admission.
+        self.gates = _Gates()
         #: Turns between their POST and their first delta (or end).
         self.starting = trio.CapacityLimiter(settings.max_starting or math.inf)
 
     # -- helpers ---------------------------------------------------------
 
-    async def _body(self, request: Request) -> dict[str, Any]:
+    async def _body(self, request: Request, *, empty: bool = False) -> dict[str, Any]:
+        """The request's JSON object body, read within ``max_body_bytes``
+        (declared or not: a chunked body is counted as it arrives) and parsed
+        by the same strict rules as provider chunks (duplicate keys refused).
+        ``empty``: no body at all reads as ``{}``.
+
+        Cancellation: the body is not read further; nothing was changed.
+        """
+        _require_json(request)
         limit = self.settings.max_body_bytes
         too_large = ApiError(413, "body_too_large", f"request bodies are limited to {limit} bytes")
         declared = request.headers.get("content-length")
@@ -350,13 +416,16 @@ class _Service:
             chunks += chunk
             if len(chunks) > limit:
                 raise too_large
+        if empty and not chunks:
+            return {}
         try:
-            body = orjson.loads(bytes(chunks))
-        except orjson.JSONDecodeError:
-            raise ApiError(400, "bad_json", "the body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "bad_json", "the body must be a JSON object")
-        return body
+            return loads_object(bytes(chunks).decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ApiError(400, "bad_json", "the body is not UTF-8") from None
+        except DecodeError as exc:
+            raise ApiError(
+                400, "bad_json", f"the body is not one strict JSON object: {exc}"
+            ) from None
 
     async def _stored(self, session_id: str) -> list[StoredEvent]:
         stored = await self.store.read(session_id)
@@ -409,6 +478,62 @@ class _Service:
             await trio.sleep(pause)
             pause = min(pause * 2, 0.05)
 
+    def _refusal(
+        self, session_id: str, state: SessionState, question: str, first: Start | None = None
+    ) -> ApiError | None:
+        """Why the session would refuse ``question`` now, decided without it
+        (so the refusal writes nothing): busy, or over the budget with the
+        system prompt alone. ``None``: the session decides.
+
+        The rules are the session's own (``sessions._machine._submit``): a
+        session that exists is measured with its settings and its window
+        (``prompt_token_cap``); a new one with the hub's caps
+        (:class:`NewSessionBudget`) and the window it would get (``first``:
+        :meth:`Hub.new_session_start`).
+        """
+        config = state.config
+        if (
+            config is not None
+            and is_in_flight(state)
+            and config.on_busy == "reject"
+            # A turn that ended here although its end is not in the log yet
+            # (the store refused it): the session says what happens next.
+            and (session_id, state.request.request_id) not in self.done  # type: ignore[union-attr]
+        ):
+            return ApiError(409, "busy", "another turn of this session is in flight")
+        limits = self.settings.new_session_budget
+        if limits is None:
+            return None
+        budget = limits.budget
+        if config is None:
+            cap = budget.max_prompt_tokens
+            if first is not None and first.context_window is not None:
+                # A new session's calibration is 1:1 (see prompt_token_cap).
+                room = first.context_window - (first.output_reserve or 0)
+                cap = room if cap is None else min(cap, room)
+            p = plan(limits.model, limits.system, state.turns, 0, question, budget, token_cap=cap)
+        else:
+            cap = prompt_token_cap(state, budget)
+            p = plan(
+                config.model,
+                config.system,
+                state.turns,
+                state.context_start,
+                question,
+                budget,
+                config.tools,
+                config.tool_choice,
+                token_cap=cap,
+            )
+        if p.fits:
+            return None
+        limit = budget.max_request_bytes
+        if limit is not None and p.mandatory_bytes > limit:
+            need = f"{p.mandatory_bytes} bytes; the budget is {limit}"
+        else:
+            need = f"about {p.mandatory_tokens} tokens; the budget is {cap}"
+        return ApiError(413, "over_budget", f"system prompt and question need {need}")
+
     @staticmethod
     def _hub_error(exc: Exception) -> ApiError:
         # A session whose actor stopped says why in its cause.
@@ -444,6 +569,9 @@ class _Service:
         rid = body.get("request_id")
         if rid is not None:
             _check_id("request_id", rid)
+        shape = _shape_refusal(question)
+        if shape is not None:
+            raise shape
         # A slot among the turns starting (see ServeSettings.max_starting),
         # held until the turn's first delta or its end: the relay gives it back.
         slot = object()
@@ -451,12 +579,26 @@ class _Service:
         held = True
         try:
             try:
-                handle = await self.hub.submit(session_id, question, request_id=rid)
-                key = (session_id, handle.request_id)
-                await self._admitted(handle)
+                # One question of a session at a time from the look at its
+                # state to its admission: a refusal decided here (busy, over
+                # budget) cannot be overtaken by another POST of this process.
+                async with self.gates.hold(session_id):
+                    state = await self.hub.state(session_id)
+                    if rid is None or ending_of(state, rid) is None:
+                        first = None
+                        if state.config is None and self.settings.new_session_budget:
+                            first = await self.hub.new_session_start()
+                        refused = self._refusal(session_id, state, question, first)
+                        if refused is not None:
+                            raise refused
+                    handle = await self.hub.submit(session_id, question, request_id=rid)
+                    key = (session_id, handle.request_id)
+                    await self._admitted(handle)
                 if handle.done:
                     result = await handle.outcome()
                     if isinstance(result, RejectedResult):
+                        # Refused by the session itself (a question the edge
+                        # could not measure, or a repeat of a refused id).
                         self._keep(key, result_json(result))
                         status = _REJECT_STATUS.get(result.reason, 400)
                         code = "busy" if result.reason == "busy" else result.reason
@@ -528,6 +670,9 @@ class _Service:
     async def cancel(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
         rid = _path_id(request, "request_id")
+        # A POST like any other: JSON, here an empty object (or no body).
+        if await self._body(request, empty=True):
+            raise ApiError(400, "bad_field", "a cancel takes no fields")
         key = (session_id, rid)
         relay = self.live.get(key)
         if relay is not None:
@@ -556,6 +701,29 @@ class _Service:
         if state.version == 0:
             raise ApiError(404, "unknown_session", f"no session {session_id!r}")
         return _json(_state_json(session_id, state))
+
+    async def erase(self, request: Request) -> Response:
+        """``DELETE /v1/sessions/{id}``: erase the session (its turn in
+        flight ends as ``erased``); 404 if there is none, nothing changed."""
+        session_id = _path_id(request, "session_id")
+        try:
+            record = await self.hub.erase(session_id)
+        except UnknownSession:
+            raise ApiError(404, "unknown_session", f"no session {session_id!r}") from None
+        except StoreError as exc:
+            detail = describe_store_error(exc)
+            raise ApiError(503, "store_error", f"nothing erased: {detail}") from None
+        # Results kept for reconnects hold its answers: they go too.
+        for key in [k for k in self.done if k[0] == session_id]:
+            self.kept_bytes -= len(self.done.pop(key)) + _KEPT_ENTRY_BYTES
+        return _json(
+            {
+                "erased": True,
+                "session_hash": record.session_hash,
+                "erased_at": record.erased_at,
+                "events": record.events,
+            }
+        )
 
     async def events(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
@@ -629,6 +797,44 @@ class _Service:
         return HTMLResponse(render_page(None), headers=headers)
 
 
+def _shape_refusal(question: str) -> ApiError | None:
+    # The session's own first two rules (sessions._machine._submit), applied
+    # before the hub so that such a question writes nothing.
+    if not question.strip():
+        return ApiError(400, "empty_question", "the question is empty")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError:
+        return ApiError(400, "invalid_question", "the question has a lone surrogate")
+    return None
+
+
+class _Gates:
+    """A lock per session, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[trio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        """Hold ``key``'s lock for the body.
+
+        Cancellation: while waiting, the lock is not taken; inside, it is
+        given back as the body unwinds.
+        """
+        lock, users = self._locks.get(key, (trio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
 async def _one(chunk: bytes) -> AsyncIterator[bytes]:
     yield chunk
 
@@ -640,6 +846,7 @@ def _describe_rejection(result: RejectedResult) -> str:
         "empty_question": "the question is empty",
         "invalid_question": "the question is not valid Unicode text",
         "store_error": f"the event store failed: {result.detail}",
+        "limit": f"the event store is full: {result.detail}",
     }.get(result.reason, result.reason)
 
 
@@ -656,9 +863,93 @@ def _state_json(session_id: str, state: Any) -> dict[str, Any]:
     }
 
 
-def _guard(app: ASGIApp, token: str | None) -> ASGIApp:
-    """Access log for every request, and the bearer token when one is set."""
-    expected = None if token is None else f"Bearer {token}".encode()
+#: Host names that can only mean this machine (a rebound DNS name cannot
+#: pose as one of them: the browser sends the name it resolved).
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+#: A preflight's answer to an allowed origin.
+_PREFLIGHT_HEADERS = {
+    "Access-Control-Allow-Methods": "GET, POST",
+    "Access-Control-Allow-Headers": "Content-Type, Last-Event-ID, Authorization",
+    "Access-Control-Max-Age": "600",
+}
+
+
+def _headers(scope: Scope, name: bytes) -> list[bytes]:
+    return [v for k, v in scope["headers"] if k.lower() == name]
+
+
+def _host_name(host: bytes) -> str:
+    # "127.0.0.1:8421" -> "127.0.0.1", "[::1]:80" -> "[::1]", "LocalHost" -> "localhost"
+    text = host.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text.partition("]")[0] + "]"
+    return text.partition(":")[0]
+
+
+def _origin_refusal(scope: Scope, allowed: frozenset[str]) -> str | None:
+    """Why a request without a token comes from somewhere it must not
+    (``None``: it does not). The ``Host`` must name this machine (a DNS
+    rebinding page sends its own name), and an ``Origin``, when the browser
+    sends one, must be the service's own (the ``Host`` it was sent to) or
+    one the operator allowed: another page, even on another loopback port,
+    may neither write nor read."""
+    hosts = _headers(scope, b"host")
+    if len(hosts) != 1 or _host_name(hosts[0]) not in _LOOPBACK_HOSTS:
+        return "the Host header must name a loopback address"
+    origins = _headers(scope, b"origin")
+    if not origins:
+        return None  # not sent by a browser's cross-origin machinery
+    if len(origins) > 1:
+        return "one Origin header at most"
+    origin = origins[0].decode("latin-1").strip().lower()
+    if origin in allowed or origin == "http://" + hosts[0].decode("latin-1").strip().lower():
+        return None
+    return "requests from this origin are not allowed (see --allow-origin)"
+
+
+def _bearer(scope: Scope, token: bytes) -> Response | None:
+    """The refusal of a request whose credentials are not the token
+    (``None``: they are). The scheme is case-insensitive (RFC 7235); the
+    token is compared in constant time."""
+    given = _headers(scope, b"authorization")
+    if len(given) > 1:
+        return _error(400, "bad_authorization", "one Authorization header at most")
+    scheme, _, credentials = (given[0] if given else b"").strip().partition(b" ")
+    if scheme.lower() != b"bearer" or not hmac.compare_digest(credentials.strip(), token):
+        refused = _error(401, "unauthorized", "a bearer token is required")
+        refused.headers["WWW-Authenticate"] = "Bearer"
+        return refused
+    return None
+
+
+def check_origin(origin: str) -> str:
+    """An ``--allow-origin`` value as the browser sends it (``scheme://host[:port]``,
+    lowercase), or ValueError if it is not one."""
+    parts = urlsplit(origin.strip())
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+        or parts.password is not None
+    ):
+        raise ValueError(
+            f"{origin!r} is not an origin (scheme://host[:port], e.g. http://localhost:3000)"
+        )
+    netloc = parts.netloc.lower()
+    if parts.port == {"http": 80, "https": 443}[parts.scheme]:
+        netloc = netloc.rpartition(":")[0]  # a browser leaves the default port out
+    return f"{parts.scheme}://{netloc}"
+
+
+def _guard(app: ASGIApp, settings: ServeSettings) -> ASGIApp:
+    """Access log for every request; then who may ask: the bearer token when
+    one is set, else only this machine's pages (see :func:`_origin_refusal`).
+    Preflights from an allowed origin are answered here (they carry no token)."""
+    token = None if settings.token is None else settings.token.encode()
+    allowed = settings.allowed_origins
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -666,21 +957,31 @@ def _guard(app: ASGIApp, token: str | None) -> ASGIApp:
             return
         started = time.perf_counter()
         status = 0
+        origin = b"".join(_headers(scope, b"origin")[:1]).decode("latin-1").strip().lower()
+        cors = [(b"access-control-allow-origin", origin.encode()), (b"vary", b"Origin")]
+        trusted = origin in allowed
 
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if trusted:
+                    message = {**message, "headers": [*message.get("headers", ()), *cors]}
             await send(message)
 
         try:
-            if expected is not None:
-                given = dict(scope["headers"]).get(b"authorization", b"")
-                if not hmac.compare_digest(given, expected):
-                    await _error(401, "unauthorized", "a bearer token is required")(
-                        scope, receive, sending
-                    )
-                    return
+            # Answered here, not by the app: a preflight's grant, or a refusal.
+            early: Response | None
+            if trusted and scope["method"] == "OPTIONS":
+                early = Response(status_code=204, headers=_PREFLIGHT_HEADERS)
+            elif token is not None:
+                early = _bearer(scope, token)
+            else:
+                why = _origin_refusal(scope, allowed)
+                early = None if why is None else _error(403, "forbidden_origin", why)
+            if early is not None:
+                await early(scope, receive, sending)
+                return
             await app(scope, receive, sending)
         finally:
             log.info(
@@ -702,12 +1003,27 @@ _SECURITY_HEADERS = [
     (b"referrer-policy", b"no-referrer"),
 ]
 _NO_CONTENT_POLICY = (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'")
+#: Sent with a response that leaves the connection unusable for another
+#: request: one sent before the request's body was read (an early 413, 401,
+#: 415...: the rest of the body would be read as the next request), and an
+#: event stream (a client that keeps its connection after the stream would
+#: otherwise hold a shutdown for the whole graceful timeout).
+_CLOSE = (b"connection", b"close")
 #: What stays as it is when a path is read as sent (``raw_path``).
 _PATH_SAFE = "/%!$&'()*+,;=:@~-._"
 
 
+def _is_stream(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(
+        k.lower() == b"content-type" and v.lower().startswith(b"text/event-stream")
+        for k, v in headers
+    )
+
+
 def _edge(app: ASGIApp) -> ASGIApp:
-    """Routes see the path as it was sent, and responses get the security headers."""
+    """Routes see the path as it was sent, and responses get the security
+    headers, and ``Connection: close`` when the connection cannot carry
+    another request (see ``_CLOSE``)."""
 
     async def edged(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -722,16 +1038,40 @@ def _edge(app: ASGIApp) -> ASGIApp:
         else:
             path = quote(scope["path"], safe=_PATH_SAFE.replace("%", ""))
         scope = {**scope, "path": path}
+        # Whether the request's body is still (partly) unread.
+        unread = any(
+            (k == b"content-length" and v.strip() not in (b"", b"0")) or k == b"transfer-encoding"
+            for k, v in ((k.lower(), v) for k, v in scope.get("headers", ()))
+        )
+
+        async def receiving() -> Message:
+            nonlocal unread
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                unread = False
+            return message
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = [*message.get("headers", ()), *_SECURITY_HEADERS]
                 if not any(k.lower() == b"content-security-policy" for k, _ in headers):
                     headers.append(_NO_CONTENT_POLICY)
+                if unread or _is_stream(headers):
+                    headers.append(_CLOSE)
                 message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                # The last write ends the response, and after Connection:
+                # close the server closes the socket within this call. A
+                # streaming response's disconnect watcher is told of the end
+                # at that moment and cancels its sender: unshielded, the
+                # close was cancelled and the connection stayed open until
+                # the client left (holding a shutdown for its whole backstop).
+                with trio.CancelScope(shield=True):
+                    await send(message)
+                return
             await send(message)
 
-        await app(scope, receive, sending)
+        await app(scope, receiving, sending)
 
     return edged
 
@@ -787,6 +1127,7 @@ def create_app(
             Route("/healthz", svc.healthz),
             Route("/v1/sessions", svc.sessions),
             Route(f"/v1/sessions/{sid}", svc.session),
+            Route(f"/v1/sessions/{sid}", svc.erase, methods=["DELETE"]),
             Route(f"/v1/sessions/{sid}/events", svc.events),
             Route(f"/v1/sessions/{sid}/state", svc.state_at),
             Route(f"/v1/sessions/{sid}/timeline", svc.timeline),
@@ -803,4 +1144,4 @@ def create_app(
             Exception: internal,
         },
     )
-    return _edge(_guard(app, settings.token))
+    return _edge(_guard(app, settings))

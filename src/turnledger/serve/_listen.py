@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, final
 
+import structlog
 import trio
 
 __all__ = ["BatchListener", "serve_on"]
@@ -39,6 +40,13 @@ _SKIP_NAMES = (
 )
 _SKIP = {getattr(errno, name) for name in _SKIP_NAMES.split() if hasattr(errno, name)}
 _CLOSED = {errno.EBADF, errno.ENOTSOCK}
+#: accept(2) errors that say the process is out of a resource (file
+#: descriptors, mostly): the listener waits and tries again.
+_CAPACITY = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+#: Seconds between tries while out of a resource (as trio's serve_listeners).
+CAPACITY_PAUSE = 0.1
+
+log = structlog.get_logger("turnledger.serve")
 
 
 @final
@@ -54,8 +62,10 @@ class BatchListener(trio.abc.Listener[trio.SocketStream]):
     takes every pending connection with one non-blocking ``accept(2)`` each
     until the queue is empty, then yields once, or waits until the socket
     is readable. Errors that concern a single connection are skipped, as
-    ``trio.SocketListener`` does; others (``EMFILE``...) are raised once
-    the connections already taken have been handed out.
+    ``trio.SocketListener`` does. Running out of file descriptors
+    (``EMFILE``...) is waited out, with one log line per burst (see
+    :meth:`_take_or_wait`); other errors are raised once the connections
+    already taken have been handed out.
     """
 
     def __init__(self, sock: socket.socket, *, batch: int = 1024) -> None:
@@ -76,16 +86,47 @@ class BatchListener(trio.abc.Listener[trio.SocketStream]):
         Raises:
             trio.ClosedResourceError: the listener was closed.
             OSError: ``accept(2)`` failed for a reason other than one
-                connection's (``EMFILE``, ``ENFILE``, ``ENOBUFS``...).
+                connection's or a lack of resources.
         """
         if self._taken:
             await trio.lowlevel.checkpoint_if_cancelled()
         else:
-            while not self._take():
+            while not await self._take_or_wait():
                 await trio.lowlevel.wait_readable(self.socket)
             # One schedule point for the whole batch.
             await trio.lowlevel.checkpoint()
         return trio.SocketStream(trio.socket.from_stdlib_socket(self._taken.popleft()))
+
+    async def _take_or_wait(self) -> int:
+        """:meth:`_take`, waiting out a lack of file descriptors (or memory).
+
+        A burst of refused accepts is one warning line when it starts and
+        one when it ends (with how many tries failed), not a traceback per
+        try: the connections wait in the kernel's queue meanwhile, and the
+        cure is a higher file limit (``ulimit -n``), which the line names.
+
+        Cancellation: nothing was taken.
+        """
+        refused = 0
+        while True:
+            try:
+                n = self._take()
+            except OSError as exc:
+                if exc.errno not in _CAPACITY:
+                    raise
+                if not refused:
+                    log.warning(
+                        "accept_refused",
+                        error=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+                        detail="out of file descriptors or memory: connections wait; "
+                        "raise the file limit (ulimit -n, systemd LimitNOFILE=)",
+                    )
+                refused += 1
+                await trio.sleep(CAPACITY_PAUSE)
+                continue
+            if refused:
+                log.warning("accept_resumed", refused=refused)
+            return n
 
     def _take(self) -> int:
         """Accept pending connections (at most ``batch``); how many were taken."""

@@ -83,10 +83,19 @@ from ._projection import (
 from ._replay import replay_sessions
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, Role
 from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult
+from ._retention import RetentionPolicy, RetentionStep, plan_retention, subject_of
 from ._tools import Tool, ToolError, ToolInvocation
 
 if _TYPE_CHECKING:
-    from ..runtime import Hub, HubStatistics, TurnHandle, open_hub
+    from ..runtime import (
+        Hub,
+        HubStatistics,
+        TurnHandle,
+        erase_sessions,
+        open_hub,
+        prune_store,
+        sessions_of_subject,
+    )
 
 __all__ = [
     "EVENT_TRANSITIONS",
@@ -124,6 +133,8 @@ __all__ = [
     "RejectedResult",
     "RequestEncoder",
     "ResponseStarted",
+    "RetentionPolicy",
+    "RetentionStep",
     "Role",
     "SessionState",
     "Start",
@@ -144,18 +155,31 @@ __all__ = [
     "build_messages",
     "decide",
     "ending_of",
+    "erase_sessions",
     "evolve",
     "initial_state",
     "is_in_flight",
     "open_hub",
     "plan",
+    "plan_retention",
     "prompt_token_cap",
+    "prune_store",
     "replay",
     "replay_sessions",
     "request_messages",
+    "sessions_of_subject",
+    "subject_of",
 ]
 
-_LAZY = {"Hub", "HubStatistics", "TurnHandle", "open_hub"}
+_LAZY = {
+    "Hub",
+    "HubStatistics",
+    "TurnHandle",
+    "erase_sessions",
+    "open_hub",
+    "prune_store",
+    "sessions_of_subject",
+}
 
 
 def __getattr__(name: str) -> _Any:

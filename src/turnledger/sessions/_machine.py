@@ -284,6 +284,14 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
         )
     elif msg.window_source == "none":
         raise InvalidCommand("a context window needs its source")
+    if msg.subject is not None and (
+        not isinstance(msg.subject, str) or not msg.subject or not _is_text(msg.subject)
+    ):
+        raise InvalidCommand("a subject must be non-empty, valid Unicode text")
+    for name in ("retain_seconds", "retain_turns"):
+        value = getattr(msg, name)
+        if value is not None and (type(value) is not int or value < 1):
+            raise InvalidCommand(f"{name} must be a positive integer or None")
     try:
         started = SessionStarted(
             msg.system,
@@ -297,6 +305,9 @@ def _start(state: SessionState, msg: Message, budget: Budget, preview: int) -> t
             window,
             reserve,
             msg.window_source,
+            msg.subject,
+            msg.retain_seconds,
+            msg.retain_turns,
         )
     except (TypeError, ValueError) as exc:
         raise InvalidCommand(f"invalid session settings: {exc}") from None

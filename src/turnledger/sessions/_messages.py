@@ -81,6 +81,11 @@ class Start:
     context_window: int | None = None
     output_reserve: int | None = None
     window_source: WindowSource = "none"
+    #: Whom the session belongs to (see ``SessionStarted.subject``).
+    subject: str | None = None
+    #: The session's own retention (see ``SessionStarted.retain_seconds``).
+    retain_seconds: int | None = None
+    retain_turns: int | None = None
 
 
 @attrs.frozen

@@ -34,6 +34,7 @@ from .._errors import (
     StoreCorrupted,
     StoreError,
     UnknownEventTag,
+    UnknownSession,
 )
 from ..events import (
     DEFAULT_CODEC,
@@ -46,6 +47,7 @@ from ..events import (
     TurnCommitted,
     TurnSubmitted,
     Usage,
+    session_hash,
 )
 from ._samples import sample_events
 
@@ -86,6 +88,9 @@ class EventStoreContract:
     supports_reopen: ClassVar[bool]
     #: Seconds each test may take.
     timeout: ClassVar[float] = 30.0
+    #: Whether the store erases (:meth:`~turnledger.events.EventStore.erase`);
+    #: ``False`` skips the erasure tests (the store refuses with StoreError).
+    supports_erase: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -361,6 +366,109 @@ class EventStoreContract:
         assert [(e.session_id, e.seq) for e in tail] == [("b", 1), ("a", 3)]
         assert first_two == feed[:2]
         assert ids == ["a", "b"]
+
+    # -- erasure ---------------------------------------------------------------
+
+    @pytest.fixture
+    def erasable(self) -> None:
+        if not self.supports_erase:
+            pytest.skip(f"{type(self).__name__}: the store does not erase")
+
+    async def _three_sessions(self, store: EventStore) -> list[Event]:
+        events = sample_events()
+        await store.append("a", _batch("a", events[:2], 0), 0)
+        await store.append("b", _batch("b", events[:3], 0), 0)
+        await store.append("a", _batch("a", events[2:4], 2), 2)
+        await store.append("c", _batch("c", events[:1], 0), 0)
+        return events
+
+    async def test_erase_leaves_the_session_unknown(
+        self, store: EventStore, erasable: None
+    ) -> None:
+        with trio.fail_after(self.timeout):
+            events = await self._three_sessions(store)
+            await self.settle(store)
+            before = await store.read_all()
+            b, c = await store.read("b"), await store.read("c")
+            record = await store.erase("a")
+            await self.settle(store)
+            feed = await store.read_all()
+            gone = await store.read("a")
+            gone_typed = await store.read_decoded("a", DEFAULT_CODEC)
+            many = await store.read_decoded_many(["a", "b"], DEFAULT_CODEC, lambda s, e: len(e))
+            ids = await store.session_ids()
+            records = await store.erasures()
+            # The others go on, and the erased id can start afresh.
+            assert await store.append("b", _batch("b", events[3:4], 3), 3) == 4
+            assert await store.append("a", _batch("a", events[:1], 0), 0) == 1
+            await self.settle(store)
+            after = await store.read_all()
+        assert gone == [] and gone_typed == [] and many == {"a": 0, "b": 3}
+        assert ids == ["b", "c"]
+        assert [(e.session_id, e.seq) for e in feed] == [
+            (e.session_id, e.seq) for e in before if e.session_id != "a"
+        ]
+        assert [e for e in feed if e.session_id == "b"] == b
+        assert [e for e in feed if e.session_id == "c"] == c
+        assert record.session_hash == session_hash("a") and record.session_hash != "a"
+        assert (record.events, record.kept) == (4, 0)
+        assert records == [record]
+        positions = [e.position or 0 for e in after]
+        assert positions == sorted(positions) and len(set(positions)) == len(positions)
+        assert [(e.session_id, e.seq) for e in after][-2:] == [("b", 4), ("a", 1)]
+
+    async def test_erasing_an_unknown_session_changes_nothing(
+        self, store: EventStore, erasable: None
+    ) -> None:
+        with trio.fail_after(self.timeout):
+            await self._three_sessions(store)
+            await self.settle(store)
+            before = await store.read_all()
+            with pytest.raises(UnknownSession):
+                await store.erase("nobody")
+            await self.settle(store)
+            assert await store.read_all() == before
+            assert await store.erasures() == []
+
+    async def test_erase_keeping_the_newest_events(self, store: EventStore, erasable: None) -> None:
+        with trio.fail_after(self.timeout):
+            events = await self._three_sessions(store)
+            old = await store.read("a")
+            keep = [attrs.evolve(e, seq=i, position=None) for i, e in enumerate(old[2:], 1)]
+            record = await store.erase("a", keep)
+            got = await store.read("a")
+            assert await store.append("a", _batch("a", events[4:5], 2), 2) == 3
+            await self.settle(store)
+            ids = await store.session_ids()
+            feed = await store.read_all()
+        assert (record.events, record.kept) == (4, 2)
+        assert [(e.seq, e.tag, e.payload) for e in got] == [
+            (i, e.tag, e.payload) for i, e in enumerate(old[2:], 1)
+        ]
+        assert set(ids) == {"a", "b", "c"}
+        assert [e.seq for e in feed if e.session_id == "a"] == [1, 2, 3]
+
+    async def test_erase_lasts_across_reopening(
+        self, tmp_path: Path, reopenable: None, erasable: None
+    ) -> None:
+        with trio.fail_after(self.timeout):
+            s = await self.open_store(tmp_path)
+            try:
+                events = await self._three_sessions(s)
+                await s.erase("c")  # the newest event of the feed
+            finally:
+                await s.aclose()
+            s = await self.open_store(tmp_path)
+            try:
+                assert await s.read("c") == []
+                assert len(await s.erasures()) == 1
+                await s.append("c", _batch("c", events[:1], 0), 0)
+                await self.settle(s)
+                feed = await s.read_all()
+            finally:
+                await s.aclose()
+        positions = [e.position or 0 for e in feed]
+        assert positions == sorted(positions) and len(set(positions)) == len(positions)
 
     # -- durability ----------------------------------------------------------
 

@@ -55,7 +55,7 @@ from .._errors import (
     StoreFull,
     StoreUnavailable,
 )
-from ..events import DiscardReason, EventDecoder, EventStore, StoredEvent, ToolCall
+from ..events import DiscardReason, Erasure, EventDecoder, EventStore, StoredEvent, ToolCall
 from ..sessions import ChatRequest, Completion, JsonChatEncoder, RequestEncoder, StreamSink
 
 __all__ = [
@@ -262,6 +262,17 @@ class FaultyStore:
     async def session_ids(self) -> list[str]:
         await self._check()
         return await self.inner.session_ids()
+
+    async def erase(self, session_id: str, keep: Sequence[StoredEvent] = ()) -> Erasure:
+        """``inner``'s erasure (no fault is injected into it).
+
+        Cancellation: as ``inner``'s.
+        """
+        await self._check()
+        return await self.inner.erase(session_id, keep)
+
+    async def erasures(self) -> list[Erasure]:
+        return await self.inner.erasures()
 
     async def acquire(self, session_id: str) -> None:
         await self._check()

@@ -32,6 +32,7 @@ from ..sessions._budgets import prompt_token_cap
 from ..sessions._machine import evolve
 from ..sessions._phases import SessionState, initial_state, is_in_flight
 from ..sessions._projection import Budget
+from ..sessions._retention import subject_of
 
 __all__ = [
     "End",
@@ -753,7 +754,8 @@ def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str,
     """One session in a list: ``turnledger sessions --json`` and
     ``GET /v1/sessions`` print these keys.
 
-    - ``session_id``, ``events`` (in the log), ``turns`` (in history),
+    - ``session_id``, ``subject`` (whom the session belongs to, or
+      ``None``), ``events`` (in the log), ``turns`` (in history),
       ``requests`` (request ids seen), ``phase``;
     - ``committed``, ``discarded``, ``rejected``, ``ignored`` (late
       completions), ``retried`` (requests sent again), ``tool_calls``;
@@ -795,6 +797,7 @@ def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str,
         tool_calls += sum(len(r.calls) for r in row.tool_rounds)
     return {
         "session_id": session_id,
+        "subject": subject_of(stored),
         "events": tl.events,
         "turns": len(tl.history),
         "requests": len(tl.rows),

@@ -18,7 +18,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "turnledger.adapters.otel needs opentelemetry-api: pip install 'turnledger[otel]'"
     ) from exc
 
-from ...events import EventDecoder, EventStore, StoredEvent
+from ...events import Erasure, EventDecoder, EventStore, StoredEvent
 from ...sessions import ChatRequest, Completion, Provider, RequestEncoder, StreamSink
 
 __all__ = ["SEMCONV_VERSION", "Telemetry"]
@@ -297,6 +297,16 @@ class _TracedStore:
 
     async def release(self, session_id: str) -> None:
         await self._store.release(session_id)
+
+    async def erase(self, session_id: str, keep: Sequence[StoredEvent] = ()) -> Erasure:
+        """The wrapped store's erasure.
+
+        Cancellation: as the wrapped store's.
+        """
+        return await self._store.erase(session_id, keep)
+
+    async def erasures(self) -> list[Erasure]:
+        return await self._store.erasures()
 
     async def aclose(self) -> None:
         await self._store.aclose()

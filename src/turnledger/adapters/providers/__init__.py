@@ -11,7 +11,9 @@ The stream decoders compose them (bytes in, preview text out, a
 protocol, are imported lazily so that importing a pure layer does not import
 httpx: :class:`OpenAIChat` (chat completions), :class:`OllamaChat`,
 :class:`AnthropicChat` (Messages) and :class:`OpenAIResponses` (Responses).
-:data:`PROVIDER_KINDS` names them for the command line.
+:data:`PROVIDER_KINDS` names them for the command line, and
+:func:`open_provider` builds one from a protocol name and a few settings
+(:class:`ProviderSettings` holds them as one value).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ...wire import (
     loads_strict,
     parse_openai_completion,
 )
+from ._factory import Endpoint, ProviderSettings, configured_endpoint, open_provider
 from ._kinds import PROVIDER_KINDS, ProviderKind
 from ._retry import RetryPolicy, parse_retry_after
 
@@ -58,6 +61,7 @@ __all__ = [
     "AnthropicEncoder",
     "AnthropicEventValidator",
     "AnthropicStreamDecoder",
+    "Endpoint",
     "NDJSONDecoder",
     "OllamaChat",
     "OllamaLineValidator",
@@ -69,6 +73,7 @@ __all__ = [
     "OpenAIResponses",
     "OpenAIStreamDecoder",
     "ProviderKind",
+    "ProviderSettings",
     "ResponseDecoder",
     "ResponsesEncoder",
     "ResponsesEventValidator",
@@ -78,9 +83,11 @@ __all__ = [
     "ServerSentEvent",
     "StreamLimits",
     "Utf8Decoder",
+    "configured_endpoint",
     "loads_object",
     "loads_strict",
     "map_httpx_error",
+    "open_provider",
     "parse_openai_completion",
     "parse_retry_after",
 ]

@@ -18,6 +18,7 @@ import trio
 
 from ..._errors import StoreCorrupted, StoreUnavailable
 from ...events import BaseEventStore, EventDecoder, StoredEvent
+from ...events._envelope import envelope
 from ...events._exact_json import fast_loads, has_float, loads_exact
 from ...events._store import check_batch, decode_events
 
@@ -28,6 +29,7 @@ __all__ = [
     "check_path",
     "fsync_dir",
     "loads_utf8",
+    "renumbered",
     "rows_to_events",
 ]
 
@@ -94,6 +96,49 @@ class HeldEvents(BaseEventStore):
         await trio.lowlevel.checkpoint()
         self._check_open()
         return list(self._streams)
+
+    def _reindex(self, feed: list[StoredEvent]) -> None:
+        """Hold ``feed`` (renumbered) in place of the current events."""
+        streams: dict[str, list[StoredEvent]] = {}
+        for ev in feed:
+            streams.setdefault(ev.session_id, []).append(ev)
+        self._streams = streams  # in order of first event, as the feed has them
+        self._feed = feed
+
+
+def renumbered(
+    feed: Sequence[StoredEvent], session_id: str, keep: Sequence[StoredEvent]
+) -> list[StoredEvent]:
+    """The feed of a held store after erasing ``session_id``: every other
+    event in its order, then ``keep`` (a trim's events, written anew), all
+    renumbered from position 1 (the held stores read the feed by index, and
+    a journal's position is its line number)."""
+    out: list[StoredEvent] = []
+    position = 0
+    for ev in feed:
+        if ev.session_id != session_id:
+            position += 1
+            out.append(
+                ev
+                if ev.position == position
+                else envelope(
+                    ev.session_id,
+                    ev.seq,
+                    ev.tag,
+                    ev.schema_version,
+                    ev.payload,
+                    ev.recorded_at,
+                    position,
+                )
+            )
+    for ev in keep:
+        position += 1
+        out.append(
+            envelope(
+                session_id, ev.seq, ev.tag, ev.schema_version, ev.payload, ev.recorded_at, position
+            )
+        )
+    return out
 
 
 def rows_to_events(where: str, rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:

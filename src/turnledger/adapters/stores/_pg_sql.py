@@ -261,6 +261,19 @@ class Statements:
             " WHERE l.session_id = m.session_id AND l.epoch = m.epoch"
             " AND l.owner = %s"
         ).format(lt)
+        et = sql.Identifier(schema, f"{table}_erasures")
+        self.count = sql.SQL("SELECT count(*) FROM {} WHERE session_id = %s").format(t)
+        self.lock_lease = sql.SQL(
+            "SELECT epoch FROM {} WHERE session_id = %s AND owner = %s FOR UPDATE"
+        ).format(lt)
+        self.delete = sql.SQL("DELETE FROM {} WHERE session_id = %s").format(t)
+        self.delete_lease = sql.SQL("DELETE FROM {} WHERE session_id = %s").format(lt)
+        self.record_erasure = sql.SQL(
+            "INSERT INTO {} (session_sha256, erased_at, events, kept) VALUES (%s, %s, %s, %s)"
+        ).format(et)
+        self.erasures = sql.SQL(
+            "SELECT session_sha256, erased_at, events, kept FROM {} ORDER BY id"
+        ).format(et)
         self.owners = sql.SQL(
             _LEASE_STATE + " WHERE l.owner IS NOT NULL ORDER BY l.session_id"
         ).format(lt)
@@ -315,6 +328,21 @@ def create_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> Non
                 f"{schema}.{table}: schema version {version} was written by a newer "
                 f"turnledger; this release knows versions up to {SCHEMA_VERSION}"
             )
+        # The erasure records (content-free: the id's SHA-256, the time, the
+        # counts); made here, not by a version step, on any table it lacks.
+        conn.execute(
+            sql.SQL(
+                """
+                CREATE TABLE IF NOT EXISTS {} (
+                    id             bigserial        PRIMARY KEY,
+                    session_sha256 text             NOT NULL,
+                    erased_at      double precision NOT NULL,
+                    events         integer          NOT NULL,
+                    kept           integer          NOT NULL
+                )
+                """
+            ).format(sql.Identifier(schema, f"{table}_erasures"))
+        )
         if version == SCHEMA_VERSION:
             return
         conn.execute(

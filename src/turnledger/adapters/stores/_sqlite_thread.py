@@ -31,6 +31,11 @@ _INSERT: Final = (
 )
 _VERSION: Final = "SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?"
 _LAST: Final = "SELECT max(position) FROM events"
+_TOP: Final = "SELECT coalesce(max(position), 0) FROM events"
+_INSERT_AT: Final = (
+    "INSERT INTO events (position, session_id, seq, tag, schema_version, payload, recorded_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 # sqlite3 primary result codes (https://www.sqlite.org/rescode.html).
 _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 3, 5, 6, 8
@@ -78,6 +83,10 @@ class Writer(Thread[sqlite3.Connection]):
         self.mark_commits = False
         self.versions: dict[str, int] = {}
         self.data_version: int | None = None
+        #: The highest position an erasure saw, while the table holds none
+        #: as high (0 then): new rows are numbered after it, never reusing
+        #: an erased position.
+        self.floor = 0
         self.transactions = self.appends = self.events = self.conflicts = self.largest = 0
         super().__init__(f"turnledger-sqlite-writer:{path.name}")
 
@@ -139,8 +148,17 @@ class Writer(Thread[sqlite3.Connection]):
                 rows.extend(req.rows)
                 accepted.append(req)
             last = None
+            floor_passed = False
             if rows:
-                conn.executemany(_INSERT, rows)
+                if self.floor and conn.execute(_TOP).fetchone()[0] < self.floor:
+                    # After an erasure of the newest events: number past them.
+                    start = self.floor
+                    conn.executemany(
+                        _INSERT_AT, [(start + i, *row) for i, row in enumerate(rows, 1)]
+                    )
+                else:
+                    conn.executemany(_INSERT, rows)
+                floor_passed = True
                 if self.mark_commits:
                     (last,) = conn.execute(_LAST).fetchone()
             conn.execute("COMMIT")
@@ -164,6 +182,8 @@ class Writer(Thread[sqlite3.Connection]):
                 )
                 failure.__cause__ = exc
             return [(req, outcome.Error(failure))]
+        if floor_passed:
+            self.floor = 0
         if last is not None and self.lock is not None:
             self.lock.write(last)  # after the COMMIT (and its fsync) returned
         self.versions.update(seen)
@@ -175,6 +195,11 @@ class Writer(Thread[sqlite3.Connection]):
         for req in accepted:
             done.append((req, outcome.Value(req.expected + len(req.rows))))
         return done
+
+    def forget(self) -> None:
+        """Drop the cached stream versions (an erasure changed them)."""
+        self.versions.clear()
+        self.data_version = None
 
     def _rollback(self) -> None:
         self.versions.clear()

@@ -22,7 +22,12 @@ the next append cuts it first (nothing is written after it meanwhile), or
 until the next open finds it as a torn tail, saves it aside and cuts it:
 damage repaired, never events lost or invented. A size cap (``max_bytes``)
 refuses an append that would grow the file beyond it, before anything is
-written.
+written (:class:`~turnledger.StoreCapReached`); an append that starts a
+session or a turn must leave a reserve under the cap free (an eighth of it,
+at most 64 KiB), so that the turns already started can always end. Room is
+made by erasing: a hub with a retention policy applies it when the cap
+refuses an append (the journal is rewritten smaller) and tries once more;
+a question that still does not fit is rejected as ``limit``.
 
 Locking. The writer holds ``fcntl.flock`` on ``<journal>.lock`` (which holds
 its pid) for as long as the store is open; a second opener, in this process or
@@ -40,6 +45,18 @@ refused and nothing is changed. A complete line (newline present) that fails its
 checksum, a flipped bit, a byte that is not UTF-8), the last one included, is
 damage, not a torn write: :class:`~turnledger.StoreCorrupted`, naming the line,
 and nothing is changed.
+
+Erasure. :meth:`JournalStore.erase` rewrites the journal without the
+session: the kept lines (positions numbered anew, each its own complete
+append) go to ``<journal>.compact``, which is synced, renamed over the
+journal (atomic), and the directory synced. A SIGKILL before the rename
+leaves the journal whole (the next open removes the stale ``.compact``),
+after it the session is gone: never half of it. Torn side files that hold
+the session's lines are removed too, and a content-free record (the id's
+SHA-256, the time, the event counts) is appended to ``<journal>.erasures``.
+The old file's blocks are freed by the file system, not overwritten: what a
+raw scan of the device may still find is the file system's business (use
+full-disk encryption), no file beside the journal holds it.
 
 Only a regular file is a journal: a directory, a device or a pipe (or a
 symbolic link to one) is refused on open, and no read goes past the size cap.
@@ -61,10 +78,26 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ..._errors import ConcurrencyConflict, StoreCorrupted, StoreError, StoreFull, StoreUnavailable
+from ..._errors import (
+    ConcurrencyConflict,
+    StoreCapReached,
+    StoreCorrupted,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+    UnknownSession,
+)
 from ..._logging import library_logger
-from ...events import StoredEvent
-from ._common import HeldEvents, WriterLock, check_batch, check_path, fsync_dir, loads_utf8
+from ...events import Erasure, StoredEvent, session_hash
+from ._common import (
+    HeldEvents,
+    WriterLock,
+    check_batch,
+    check_path,
+    fsync_dir,
+    loads_utf8,
+    renumbered,
+)
 from ._payloads import check_envelope, dumps_payload, loads_payload
 
 __all__ = ["DEFAULT_MAX_BYTES", "JournalStore"]
@@ -289,6 +322,69 @@ def _map_os_error(exc: OSError, msg: str) -> StoreError:
     return StoreUnavailable(f"{msg}: {exc}")
 
 
+#: Tags of the events that start something (a session, a turn): an append
+#: holding one must leave the cap's reserve free.
+_STARTING: Final = frozenset({"session_started", "turn_submitted"})
+
+
+def _reserve(cap: int) -> int:
+    """Bytes under the cap kept for the appends that end what was started
+    (answers, discards): so a full journal refuses new turns (``limit``),
+    never the end of a turn in flight."""
+    return min(64 * 1024, cap // 8)
+
+
+def _starts_something(events: Sequence[StoredEvent]) -> bool:
+    return any(ev.tag in _STARTING for ev in events)
+
+
+def _compact_path(path: Path) -> Path:
+    return path.with_name(path.name + ".compact")
+
+
+def _erasures_path(path: Path) -> Path:
+    return path.with_name(path.name + ".erasures")
+
+
+def _torn_files(path: Path) -> list[Path]:
+    prefix = path.name + ".torn-"
+    try:
+        return [p for p in path.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return []
+
+
+def _erasure_line(record: Erasure) -> bytes:
+    return (
+        json.dumps(
+            {
+                "session_sha256": record.session_hash,
+                "erased_at": record.erased_at,
+                "events": record.events,
+                "kept": record.kept,
+            }
+        )
+        + "\n"
+    ).encode()
+
+
+def _read_erasures(path: Path) -> list[Erasure]:
+    try:
+        data = _erasures_path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in data.split(b"\n"):
+        try:
+            obj = json.loads(line)
+            out.append(
+                Erasure(obj["session_sha256"], float(obj["erased_at"]), obj["events"], obj["kept"])
+            )
+        except (ValueError, KeyError, TypeError):
+            continue  # an empty line, or a record torn by a crash
+    return out
+
+
 @attrs.define
 class _Opened:
     fd: int
@@ -313,6 +409,9 @@ def _open_files(path: Path, read_only: bool, cap: int | None) -> _Opened:
             raise StoreUnavailable(f"{path} is not a regular file; a journal must be one")
         if not read_only:
             lock = WriterLock.take(path)
+            # An erasure killed before its rename: the journal is whole.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_compact_path(path))
         if not existed:
             fsync_dir(path.parent)
         data = _read_all(path, fd, cap)
@@ -462,11 +561,20 @@ class JournalStore(HeldEvents):
             end = expected_version + len(events)
             encoded = [self._encode(ev, position + i, end) for i, ev in enumerate(events, 1)]
             data = b"".join(line for line, _ in encoded)
-            if self._max_bytes is not None and self._size + len(data) > self._max_bytes:
-                raise StoreFull(
+            cap = self._max_bytes
+            if cap is not None and _starts_something(events):
+                cap -= _reserve(cap)
+            if cap is not None and self._size + len(data) > cap:
+                raise StoreCapReached(
                     f"{self._path}: appending {len(data)} bytes would grow the journal to "
-                    f"{self._size + len(data)} bytes, over its cap of {self._max_bytes}; "
-                    "nothing was written"
+                    f"{self._size + len(data)} bytes, over its cap of {cap}"
+                    + (
+                        ""
+                        if cap == self._max_bytes
+                        else f" ({self._max_bytes} less the reserve "
+                        "kept for ending the turns already started)"
+                    )
+                    + "; nothing was written"
                 )
             await trio.to_thread.run_sync(self._write, data)
             for (_, payload), ev, pos in zip(
@@ -518,6 +626,99 @@ class JournalStore(HeldEvents):
                 "(the next append tries again; reopening the store cuts it too)"
             ) from exc
         self._broken = None
+
+    async def erase(self, session_id: str, keep: Sequence[StoredEvent] = ()) -> Erasure:
+        """Rewrite the journal without ``session_id`` (``keep`` in its
+        place): see the module's docstring.
+
+        Raises:
+            UnknownSession: the journal holds no event of it; nothing changed.
+            StoreUnavailable, StoreFull: the rewrite failed; the journal is
+                as it was.
+
+        Cancellation: once the rewrite started it is not interrupted; a
+        cancelled erasure either happened or did not.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        if self._read_only:
+            raise StoreUnavailable(f"{self._path}: opened read-only")
+        if keep:
+            check_batch(session_id, keep, 0)
+        async with self._write_lock:
+            self._check_open()
+            stream = self._streams.get(session_id)
+            if not stream:
+                raise UnknownSession(session_id)
+            kept = [
+                StoredEvent(
+                    session_id,
+                    ev.seq,
+                    ev.tag,
+                    ev.schema_version,
+                    self._encode(ev, 0, ev.seq)[1],
+                    float(ev.recorded_at),
+                )
+                for ev in keep
+            ]
+            feed = renumbered(self._feed, session_id, kept)
+            data = b"".join(self._encode(ev, ev.position or 0, ev.seq)[0] for ev in feed)
+            record = Erasure(session_hash(session_id), time.time(), len(stream), len(kept))
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._rewrite, data, session_id, record)
+            self._reindex(feed)
+            self._size = len(data)
+            self._broken = None
+            return record
+
+    def _rewrite(self, data: bytes, session_id: str, record: Erasure) -> None:
+        path = self._path
+        tmp = _compact_path(path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise _map_os_error(
+                exc, f"{path}: the journal could not be rewritten; nothing was erased"
+            ) from exc
+        # The session is gone from here on: what follows cannot undo that.
+        fsync_dir(path.parent)
+        new_fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK)
+        old, self._fd = self._fd, new_fd
+        if old is not None:
+            os.close(old)
+        needle = b'"session_id":' + _dumps_str(session_id).encode("utf-8", "surrogatepass")
+        for side in _torn_files(path):
+            with contextlib.suppress(OSError):
+                if needle in side.read_bytes():
+                    os.unlink(side)
+        with contextlib.suppress(OSError):
+            fd = os.open(
+                _erasures_path(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+            )
+            try:
+                os.write(fd, _erasure_line(record))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(path.parent)
+
+    async def erasures(self) -> list[Erasure]:
+        """The records of ``<journal>.erasures``, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
+        await trio.lowlevel.checkpoint()
+        return _read_erasures(self._path)
 
     async def acquire(self, session_id: str) -> None:
         """No-op: the file lock already makes this process the only writer."""

@@ -4,17 +4,18 @@ that do not need history to survive a restart."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any, Final
 
 import trio
 
-from ..._errors import ConcurrencyConflict, StoreError
-from ...events import StoredEvent
+from ..._errors import ConcurrencyConflict, StoreError, UnknownSession
+from ...events import Erasure, StoredEvent, session_hash
 from ...events._envelope import envelope
 
 # Re-exported for the PostgreSQL store until it imports it from ._common.
-from ._common import HeldEvents, check_batch
+from ._common import HeldEvents, check_batch, renumbered
 from ._payloads import loads_payload
 
 __all__ = ["MemoryStore"]
@@ -104,6 +105,7 @@ class MemoryStore(HeldEvents):
     def __init__(self) -> None:
         self._streams: dict[str, list[StoredEvent]] = {}
         self._feed: list[StoredEvent] = []
+        self._erasures: list[Erasure] = []
         self._closed = False
 
     def _check_open(self) -> None:
@@ -152,6 +154,32 @@ class MemoryStore(HeldEvents):
             stream += stored
         feed += stored
         return expected_version + n
+
+    async def erase(self, session_id: str, keep: Sequence[StoredEvent] = ()) -> Erasure:
+        """Drop the session's events (``keep`` takes their place); the
+        feed's positions are numbered anew.
+
+        Cancellation: all or nothing (nothing awaits once it starts).
+        """
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        stream = self._streams.get(session_id)
+        if not stream:
+            raise UnknownSession(session_id)
+        check_batch(session_id, keep, 0)
+        held = [_held(session_id, ev, ev.seq, 0) for ev in keep]
+        self._reindex(renumbered(self._feed, session_id, held))
+        record = Erasure(session_hash(session_id), time.time(), len(stream), len(held))
+        self._erasures.append(record)
+        return record
+
+    async def erasures(self) -> list[Erasure]:
+        """The erasure records, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
+        await trio.lowlevel.checkpoint()
+        return list(self._erasures)
 
     async def acquire(self, session_id: str) -> None:
         await trio.lowlevel.checkpoint()

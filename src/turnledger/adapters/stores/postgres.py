@@ -103,14 +103,15 @@ from __future__ import annotations
 
 import datetime
 import functools
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import trio
 
-from ..._errors import LeaseLost, StoreError, StoreUnavailable
-from ...events import BaseEventStore, EventDecoder, StoredEvent
+from ..._errors import LeaseLost, StoreError, StoreUnavailable, UnknownSession
+from ...events import BaseEventStore, Erasure, EventDecoder, StoredEvent, session_hash
 from ._common import check_batch, rows_to_events
 from ._io_thread import Append as _Append
 from ._io_thread import Call as _Call
@@ -492,6 +493,104 @@ class PostgresStore(BaseEventStore):
             return
         if self._writer is not None:  # with other releases waiting: one UPDATE
             await self._writer.call(Release(session_id))
+
+    # -- erasure -------------------------------------------------------------
+
+    async def erase(self, session_id: str, keep: Sequence[StoredEvent] = ()) -> Erasure:
+        """Delete the session's rows (and its lease row; ``keep`` written in
+        their place) and record the erasure, in one transaction, holding the
+        session's lease (taken here, so a live owner elsewhere refuses it).
+
+        What the server still holds afterwards: the deleted tuples stay in
+        the table's pages until VACUUM reclaims them (and even then until the
+        pages are reused), and in the write-ahead log and every backup or
+        replica until they are rotated out. The rows are unreadable through
+        SQL at once; their bytes on the server's disks are the server's.
+
+        Raises:
+            UnknownSession: no row of it; nothing changed.
+            SessionOwnedElsewhere: another store holds its lease live.
+            StoreUnavailable: the server failed; nothing was erased.
+
+        Cancellation: never interrupted; a cancelled caller still waits for
+        the transaction's outcome.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        if self._writer is None:
+            raise StoreError("the PostgreSQL store was opened read-only")
+        if keep:
+            check_batch(session_id, keep, 0)
+        rows = []
+        for ev in keep:
+            jsonb, exact = payload_columns(ev.payload)
+            rows.append(
+                (session_id, ev.seq, ev.tag, ev.schema_version, jsonb, exact, check_envelope(ev))
+            )
+        (count,) = (await self._run(self._select, self._sql.count, (session_id,)))[0]
+        if not count:
+            raise UnknownSession(session_id)
+        owned = session_id in self._leases.held
+        await self.acquire(session_id)
+        try:
+            with trio.CancelScope(shield=True):
+                record = await trio.to_thread.run_sync(self._erase_sync, session_id, rows)
+        finally:
+            if (keep or session_id in self._leases.held) and not owned:
+                await self.release(session_id)
+        self._writer.versions.pop(session_id, None)
+        return record
+
+    def _erase_sync(self, session_id: str, rows: list[tuple[Any, ...]]) -> Erasure:
+        import psycopg
+
+        q = self._sql
+        leases = self._leases
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                held = conn.execute(q.lock_lease, (session_id, leases.token)).fetchall()
+                if not held:
+                    raise LeaseLost(session_id, leases.held.get(session_id, 0), None)
+                (count,) = conn.execute(q.count, (session_id,)).fetchall()[0]
+                if not count:
+                    raise UnknownSession(session_id)
+                conn.execute(q.delete, (session_id,))
+                if rows:
+                    conn.execute(q.insert, [list(c) for c in zip(*rows, strict=True)])
+                else:
+                    conn.execute(q.delete_lease, (session_id,))
+                record = Erasure(session_hash(session_id), time.time(), int(count), len(rows))
+                conn.execute(
+                    q.record_erasure,
+                    (record.session_hash, record.erased_at, record.events, record.kept),
+                )
+        except psycopg.Error as exc:
+            raise map_error(exc, f"cannot erase {session_id!r}") from exc
+        if not rows:
+            with leases.lock:
+                leases.held.pop(session_id, None)
+        return record
+
+    async def erasures(self) -> list[Erasure]:
+        """The erasure records, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
+        query = self._sql.erasures
+
+        def run() -> list[Erasure]:
+            import psycopg
+
+            try:
+                with self._pool.connection() as conn:
+                    rows = conn.execute(query).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []  # a table opened read-only that never erased
+            except psycopg.Error as exc:
+                raise map_error(exc, "read failed") from exc
+            return [Erasure(r[0], r[1], r[2], r[3]) for r in rows]
+
+        return await self._run(run)
 
     async def owners(self) -> list[SessionLease]:
         """Who owns each session that has an owner: host, pid, epoch and

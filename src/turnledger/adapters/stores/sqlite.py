@@ -66,6 +66,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -74,8 +75,8 @@ from typing import Any, Final, Literal, TypeVar
 import attrs
 import trio
 
-from ..._errors import StoreCorrupted, StoreError, StoreUnavailable
-from ...events import BaseEventStore, EventDecoder, StoredEvent
+from ..._errors import StoreCorrupted, StoreError, StoreUnavailable, UnknownSession
+from ...events import BaseEventStore, Erasure, EventDecoder, StoredEvent, session_hash
 from ._common import WriterLock, check_batch, check_path, fsync_dir, read_mark, rows_to_events
 from ._io_thread import Append, Call, Thread
 from ._payloads import check_envelope, decode_rows, dumps_payload
@@ -83,8 +84,9 @@ from ._sqlite_thread import Reader, Writer, map_error
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStats", "SQLiteStore", "Synchronous"]
 
-#: Schema version this release writes (``PRAGMA user_version``).
-SCHEMA_VERSION: Final = 1
+#: Schema version this release writes (``PRAGMA user_version``): 2 adds the
+#: ``erasures`` table.
+SCHEMA_VERSION: Final = 2
 #: ``PRAGMA application_id`` of a turnledger file ("TLDG").
 APPLICATION_ID: Final = 0x544C4447
 
@@ -110,8 +112,25 @@ _SCHEMA_V1: Final = (
     "CREATE INDEX events_first ON events (position) WHERE seq = 1",
 )
 
-# Steps from version N to N + 1, applied in one transaction on open.
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {}
+# Steps from version N to N + 1, applied in one transaction on open (a new
+# file gets _SCHEMA_V1 and then every step).
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        # One content-free row per erasure. last_position: the highest feed
+        # position when it happened, so that neither the acknowledged mark
+        # nor a new event's position ever goes back below an erased one.
+        """
+        CREATE TABLE erasures (
+            id             INTEGER PRIMARY KEY,
+            session_sha256 TEXT    NOT NULL,
+            erased_at      REAL    NOT NULL,
+            events         INTEGER NOT NULL,
+            kept           INTEGER NOT NULL,
+            last_position  INTEGER NOT NULL
+        )
+        """,
+    ),
+}
 
 # Payloads are fetched as their bytes (CAST to BLOB gives the text's bytes in
 # the database's encoding: UTF-8 in every file this store creates) and decoded
@@ -202,9 +221,17 @@ def _check_contents(conn: sqlite3.Connection, path: Path, mark: int, *, fresh: b
             raise _fewer(path, 0, mark)
         return True
     (last,) = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()
+    if version >= 2:
+        last = max(last, _erased_floor(conn))
     if last < mark:
         raise _fewer(path, last, mark)
     return False
+
+
+def _erased_floor(conn: sqlite3.Connection) -> int:
+    """The highest feed position any erasure saw (0: none)."""
+    (floor,) = conn.execute("SELECT coalesce(max(last_position), 0) FROM erasures").fetchone()
+    return int(floor)
 
 
 def _fewer(path: Path, last: int, mark: int) -> StoreCorrupted:
@@ -238,20 +265,30 @@ def _open_writer(
         conn = _connect(path, busy_timeout)
         try:
             conn.execute(f"PRAGMA synchronous={synchronous}")
+            # Deleted content is overwritten with zeros (an erasure must not
+            # leave its text in a free page or a free cell).
+            conn.execute("PRAGMA secure_delete=ON")
             conn.execute("BEGIN IMMEDIATE")
             if _check_contents(conn, path, mark, fresh=fresh):
                 for statement in _SCHEMA_V1:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                version = 1
             else:
                 (version,) = conn.execute("PRAGMA user_version").fetchone()
-                for step in range(version, SCHEMA_VERSION):
-                    for statement in _MIGRATIONS[step]:
-                        conn.execute(statement)
+            for step in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[step]:
+                    conn.execute(statement)
             # Always a real write, so a file this process cannot write is
             # refused here and not at the first append.
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             conn.execute("COMMIT")
+            if not fresh:
+                # An erasure that a crash stopped between its COMMIT and its
+                # checkpoint left the log's old frames: copy and truncate now
+                # (nobody else has the file open for writing; a reader's
+                # snapshot only makes this a partial checkpoint).
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             if not existed:
                 fsync_dir(path.parent)
         except BaseException:
@@ -319,6 +356,62 @@ _CHANGED: Final = "a writer changed the file while it was read; open it again"
 
 def _first_column(where: str, rows: list[tuple[Any, ...]]) -> list[str]:
     return [r[0] for r in rows]
+
+
+def _erasure_rows(where: str, rows: list[tuple[Any, ...]]) -> list[Erasure]:
+    return [Erasure(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def _erase_rows(
+    conn: sqlite3.Connection, session_id: str, rows: list[tuple[Any, ...]]
+) -> tuple[Erasure, int] | None:
+    """One transaction: the session's rows deleted, ``rows`` inserted after
+    every position ever used, the erasure recorded. ``None``: no such
+    session (nothing written)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (count,) = conn.execute(
+            "SELECT count(*) FROM events WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        if not count:
+            conn.execute("ROLLBACK")
+            return None
+        (top,) = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()
+        floor = max(int(top), _erased_floor(conn))
+        conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+        if rows:
+            conn.executemany(
+                "INSERT INTO events (position, session_id, seq, tag, schema_version, payload,"
+                " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(floor + i, *row) for i, row in enumerate(rows, 1)],
+            )
+        record = Erasure(session_hash(session_id), time.time(), int(count), len(rows))
+        conn.execute(
+            "INSERT INTO erasures (session_sha256, erased_at, events, kept, last_position)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (record.session_hash, record.erased_at, record.events, record.kept, floor + len(rows)),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    return record, floor + len(rows)
+
+
+def _checkpoint(conn: sqlite3.Connection, path: Path) -> None:
+    """Copy the log into the file and truncate it to zero bytes, waiting a
+    little for readers that hold an older snapshot."""
+    for _ in range(200):
+        (busy, _frames, _done) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if not busy:
+            return
+        time.sleep(0.01)
+    raise StoreUnavailable(
+        f"{path}: the session was erased, but readers held the write-ahead log for 2 s, so "
+        "its old frames are not yet overwritten; erase again (or close the readers) to finish"
+    )
 
 
 class SQLiteStore(BaseEventStore):
@@ -403,6 +496,7 @@ class SQLiteStore(BaseEventStore):
 
         def open_writer(_: sqlite3.Connection | None) -> None:
             writer.conn, writer.lock = _open_writer(p, synchronous, busy_timeout)
+            writer.floor = _erased_floor(writer.conn)
             # Only a commit that is synced before the caller hears of it may
             # raise the mark: a mark ahead of what survived a power loss
             # would refuse a sound file.
@@ -603,6 +697,79 @@ class SQLiteStore(BaseEventStore):
             "SELECT session_id FROM events WHERE seq = 1 ORDER BY position",
             (),
             _first_column,
+        )
+
+    async def erase(self, session_id: str, keep: Sequence[StoredEvent] = ()) -> Erasure:
+        """Delete the session's rows (``keep`` written in their place) and
+        record the erasure, in one transaction, then checkpoint the
+        write-ahead log and truncate it.
+
+        The writer runs with ``PRAGMA secure_delete=ON``, so the pages and
+        cells the rows leave are overwritten with zeros; the checkpoint
+        copies those pages over the old ones in the file, and the truncation
+        drops every WAL frame that held the text. A SIGKILL before the COMMIT
+        leaves the session whole, after it the session is gone; a checkpoint
+        that a crash stopped is done by the next open (SQLite recovers the
+        log) or the next erasure.
+
+        Raises:
+            UnknownSession: the file holds no event of it; nothing changed.
+            StoreUnavailable: the write failed (nothing erased), or the
+                log could not be checkpointed while readers held it (the
+                rows are erased; the message says so).
+
+        Cancellation: the erasure is never interrupted; a cancelled caller
+        still waits for it.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        if self._read_only:
+            raise StoreError(f"{self._path}: the store was opened read-only")
+        if keep:
+            check_batch(session_id, keep, 0)
+        rows = [
+            (
+                session_id,
+                ev.seq,
+                ev.tag,
+                ev.schema_version,
+                dumps_payload(ev.payload),
+                check_envelope(ev),
+            )
+            for ev in keep
+        ]
+        writer = self._writer
+        path = self._path
+
+        def run(conn: sqlite3.Connection | None) -> Erasure:
+            if conn is None:
+                raise StoreError(f"{path}: the store is closed")
+            try:
+                done = _erase_rows(conn, session_id, rows)
+            except sqlite3.Error as exc:
+                writer.forget()
+                raise map_error(exc, f"{path}: cannot erase {session_id!r}") from exc
+            writer.forget()
+            if done is None:
+                raise UnknownSession(session_id)
+            record, floor = done
+            writer.floor = max(writer.floor, floor)
+            _checkpoint(conn, path)
+            return record
+
+        result: Erasure = await writer.call(Call(run))
+        return result
+
+    async def erasures(self) -> list[Erasure]:
+        """The erasure records of the file, oldest first.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
+        return await self._read(
+            "cannot list erasures",
+            "SELECT session_sha256, erased_at, events, kept FROM erasures ORDER BY id",
+            (),
+            _erasure_rows,
         )
 
     async def acquire(self, session_id: str) -> None:
