@@ -201,3 +201,34 @@ async def test_a_snapshot_is_due_by_characters_too(tmp_path: Path) -> None:
         assert used == version and len(state.turns) == 3
     finally:
         await store.aclose()
+
+
+async def test_erasing_a_session_drops_its_snapshot_first(tmp_path: Path) -> None:
+    db = str(tmp_path / "e.db")
+    canary = "pangolin-canary-93c1"
+    store = await open_store(db)
+    snaps = await snapshots_beside(db)
+    try:
+        with trio.fail_after(30):
+            async with open_hub(
+                store, ScriptedProvider(), model="m", snapshots=snaps, snapshot_every=4
+            ) as hub:
+                for sid in ("gone", "kept"):
+                    for i in range(3):
+                        await (await hub.submit(sid, f"{canary} {i}")).outcome()
+                await wait_for_snapshot(snaps, "gone", 4)
+                await wait_for_snapshot(snaps, "kept", 4)
+                await hub.erase("gone")
+                assert await snaps.latest("gone") is None
+                assert await snaps.latest("kept") is not None
+                # trimming (a retention step) drops the snapshot too
+                from turnledger.sessions import RetentionPolicy
+
+                steps = await hub.prune(RetentionPolicy(max_turns=1))
+                assert [s.session_id for s in steps] == ["kept"]
+                assert await snaps.latest("kept") is None
+    finally:
+        await snaps.aclose()
+        await store.aclose()
+    raw = (tmp_path / "e.db.snapshots").read_bytes()
+    assert canary.encode() not in raw
