@@ -12,17 +12,24 @@ import pytest
 
 PUBLIC: dict[str, str] = {
     "turnledger": (
-        "AnthropicChat CodecError CommittedResult ConcurrencyConflict DecodeError "
-        "DiscardedResult InvalidCommand JournalStore LeaseLost Ledger LimitExceeded MemoryStore "
-        "OllamaChat OpenAIChat OpenAIResponses PostgresStore ProviderError ProviderSettings "
-        "ProviderSettingsError RejectedResult ReplayError RetryPolicy SQLiteStore SessionClosed "
-        "SessionOwnedElsewhere StoreCapReached StoreCorrupted StoreError StoreFull "
-        "StoreUnavailable StreamLimits StreamProtocolError Tool ToolError ToolInvocation Turn "
-        "TurnLedgerError TurnResult UnknownEventTag UnknownSession Window WrongEventLoop "
-        "__version__ open_hub open_provider open_store"
+        "AnthropicChat CodecError CommittedResult ConcurrencyConflict ContentEncrypted "
+        "DecodeError DecryptionFailed DiscardedResult EncryptionError InvalidCommand JournalStore "
+        "LeaseLost Ledger LimitExceeded MemoryStore OllamaChat OpenAIChat OpenAIResponses "
+        "PlaintextRefused PostgresStore ProviderError ProviderSettings ProviderSettingsError "
+        "RejectedResult ReplayError RetryPolicy SQLiteStore SessionClosed SessionOwnedElsewhere "
+        "StoreCapReached StoreCorrupted StoreError StoreFull StoreUnavailable StreamLimits "
+        "StreamProtocolError Tool ToolError ToolInvocation Turn TurnLedgerError TurnResult "
+        "UnknownEventTag UnknownSession Window WrongEventLoop WrongKey __version__ open_hub "
+        "open_provider open_store"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
+    "turnledger.adapters.encryption": (
+        "KEYS_ENV KEY_FILE_ENV ContentEncrypted DecryptionFailed EncryptedStore EncryptionError "
+        "KeyProvider KeyRing PlaintextRefused PostgresKeyRing SQLiteKeyRing SealedSnapshots "
+        "StaticKeys WrappedKey WrongKey keys_from_env keys_from_environment keys_from_file "
+        "new_key_line rotate_keys"
+    ),
     "turnledger.events": (
         "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
         "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Erasure Event EventCodec "
@@ -64,8 +71,8 @@ PUBLIC: dict[str, str] = {
         "parse_retry_after"
     ),
     "turnledger.adapters.stores": (
-        "JournalStore MemoryStore PostgresStore SQLiteStats SQLiteStore SessionLease open_store "
-        "store_kind"
+        "JournalStore MemorySnapshots MemoryStore PostgresSnapshots PostgresStore SQLiteSnapshots "
+        "SQLiteStats SQLiteStore SessionLease open_store snapshots_beside store_kind"
     ),
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail FaultyProvider FaultyStore "

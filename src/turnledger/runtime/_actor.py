@@ -101,7 +101,6 @@ from ..sessions._machine import (
     evolve,
     initial_state,
     is_in_flight,
-    replay,
     request_messages,
 )
 from ..sessions._messages import (
@@ -128,6 +127,7 @@ from ..sessions._tools import Tool, ToolError, ToolInvocation, result_text
 from ._context import Runtime
 from ._log import bind_request_id, get_logger, is_enabled, message_fields, transition_fields
 from ._mailbox import Mailbox
+from ._snapshots import recover_state, write_snapshot
 from ._tickets import Ticket
 
 __all__ = ["EFFECTS", "KEEP_REQUEST_TASK", "Actor", "Item"]
@@ -458,6 +458,10 @@ class Actor:
         "_log",
         "_received_at",
         "_retry_in",
+        "_snap_busy",
+        "_snap_chars",
+        "_snap_turns",
+        "_snap_version",
         "_start",
         "_stop",
         "_unrecorded",
@@ -514,6 +518,12 @@ class Actor:
         #: recorded before anything else the session writes.
         self._unrecorded: tuple[RequestId, str, int] | None = None
         self._retry_in = RETRY_FIRST
+        #: Snapshots: the version of the latest one, the committed turns and
+        #: characters since, and whether one is being written.
+        self._snap_version = 0
+        self._snap_turns = 0
+        self._snap_chars = 0
+        self._snap_busy = False
 
     @property
     def logger(self) -> Any:
@@ -629,7 +639,11 @@ class Actor:
                 rt.counters.actor_tasks -= 1
 
     async def _recover(self) -> None:
-        self.state = replay(await self.rt.store.read_decoded(self.session_id, DEFAULT_CODEC))
+        rt = self.rt
+        self.state, self._snap_version = await recover_state(
+            rt.store, self.session_id, rt.snapshots, self._log
+        )
+        self._snap_turns = len(self.state.turns)
         if self.state.config is None:
             rt = self.rt
             start = await rt.windows.start(rt.provider, self._start, rt.config, self._log)
@@ -839,12 +853,13 @@ class Actor:
                 if events:
                     # The store's append awaited here rather than in a method
                     # of its own: one coroutine less per batch.
+                    encoded = self._encode(events)
                     await rt.store.append(
-                        self.session_id,
-                        self._encode(events),
-                        expected_version=self.state.version,
+                        self.session_id, encoded, expected_version=self.state.version
                     )
                     self._appended(len(events))
+                    if rt.snapshots is not None:
+                        self._snapshot_if_due(state, encoded[-1])
             except ConcurrencyConflict as exc:
                 self._log.warning(
                     "append_conflict",
@@ -925,6 +940,37 @@ class Actor:
         # A cancelled append wrote all or nothing: whoever goes on must re-read.
         self._unsynced = True
         return stored
+
+    def _snapshot_if_due(self, state: SessionState, last: StoredEvent) -> None:
+        """Start writing a snapshot of ``state`` (after ``last``) in the
+        background if enough events or committed text came since the last
+        one: the turn does not wait for it (the state is immutable, so it is
+        encoded on a worker thread while the session goes on)."""
+        turns = state.turns
+        for t in turns[self._snap_turns :]:
+            self._snap_chars += len(t.question) + len(t.answer)
+        self._snap_turns = len(turns)
+        config = self.rt.config
+        every, chars = config.snapshot_every, config.snapshot_chars
+        due = (every is not None and state.version - self._snap_version >= every) or (
+            chars is not None and self._snap_chars >= chars
+        )
+        if not due or self._snap_busy:
+            return
+        self._snap_busy = True
+        self._snap_version = state.version
+        self._snap_chars = 0
+        self.rt.nursery.start_soon(self._write_snapshot, state, last.tag, last.recorded_at)
+
+    async def _write_snapshot(self, state: SessionState, tag: str, at: float) -> None:
+        scopes = self.rt.snapshot_scopes
+        with trio.CancelScope() as scope:
+            scopes.add(scope)
+            try:
+                await write_snapshot(self.rt.snapshots, self.session_id, state, tag, at, self._log)
+            finally:
+                scopes.discard(scope)
+                self._snap_busy = False
 
     def _appended(self, count: int) -> None:
         self._unsynced = False
