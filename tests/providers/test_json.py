@@ -257,3 +257,111 @@ def test_loads_object_applies_the_strict_rules() -> None:
     for text in ['{"a":1,"a":2}', '{"a":1} x', '{"a":' * 17 + "1" + "}" * 17]:
         with pytest.raises(DecodeError):
             loads_object(text)
+
+
+# -- the key count that settles most texts without writing them back ---------------------
+
+# An object as the list of its pairs, so a key may repeat at any depth.
+_Pairs = list[tuple[str, Any]]
+_LEAF = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text(alphabet=st.sampled_from('x:"\\{é🌱 '), max_size=5)
+)
+_TREE = st.recursive(
+    _LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=3).map(lambda v: ("list", v))
+        | st.lists(st.tuples(st.sampled_from(["a", "b", "c:", "é"]), inner), max_size=4).map(
+            lambda v: ("object", v)
+        )
+    ),
+    max_leaves=14,
+)
+
+
+def _write(node: Any, ascii_only: bool, spaced: bool, escape_colons: bool) -> str:
+    def string(s: str) -> str:
+        text = json.dumps(s, ensure_ascii=ascii_only)
+        return text.replace(":", "\\u003a") if escape_colons else text
+
+    comma, colon = (" , ", " : ") if spaced else (",", ":")
+    if isinstance(node, tuple) and node[0] == "list":
+        return "[" + comma.join(_write(v, ascii_only, spaced, escape_colons) for v in node[1]) + "]"
+    if isinstance(node, tuple) and node[0] == "object":
+        pairs: _Pairs = node[1]
+        return (
+            "{"
+            + comma.join(
+                string(k) + colon + _write(v, ascii_only, spaced, escape_colons) for k, v in pairs
+            )
+            + "}"
+        )
+    if isinstance(node, str):
+        return string(node)
+    return json.dumps(node)
+
+
+@given(_TREE, st.booleans(), st.booleans(), st.booleans())
+def test_duplicate_keys_are_refused_at_any_depth_whatever_the_writer(
+    tree: Any, ascii_only: bool, spaced: bool, escape_colons: bool
+) -> None:
+    # Keys that repeat in nested objects, colons in keys and strings (raw or
+    # escaped as \u003a), whitespace: refused exactly when the standard
+    # library sees a duplicate, and otherwise the same value.
+    text = _write(tree, ascii_only, spaced, escape_colons)
+    if _depth(json.loads(text)) > 16:
+        return
+    if _stdlib_has_duplicates(text):
+        with pytest.raises(DecodeError, match="duplicate"):
+            loads_strict(text)
+    else:
+        assert loads_strict(text) == json.loads(text)
+
+
+def test_the_key_count_settles_a_chat_chunk_without_writing_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import turnledger.wire._strict_json as strict
+
+    def no_dumps(value: Any) -> bytes:
+        raise AssertionError("written back")
+
+    chunk = (
+        '{"id":"c-1","object":"chat.completion.chunk","created":1700000000,'
+        '"choices":[{"index":0,"delta":{"content":"你好 🌱"},"logprobs":null,'
+        '"finish_reason":null}]}'
+    )
+    spaced = json.dumps(json.loads(chunk), indent=1, ensure_ascii=True)
+    monkeypatch.setattr(strict, "_dumps", no_dumps)
+    for text in (chunk, spaced):
+        assert loads_object(text) == json.loads(text)
+    # A duplicate, nested or not, never passes the count.
+    for text in (
+        chunk.replace('"index":0,', '"index":0,"index":1,'),
+        chunk.replace('{"content"', '{"content":"x","content"'),
+        '{"a":{"b":1,"b":2},"c":3}',
+    ):
+        with pytest.raises(AssertionError, match="written back"):
+            loads_object(text)
+    monkeypatch.undo()
+    for text in (
+        chunk.replace('"index":0,', '"index":0,"index":1,'),
+        '{"a":{"b":1,"b":2},"c":3}',
+        # the colon a duplicate hides behind is escaped, so not counted
+        '{"a":"\\u003a","a":1}',
+        '{"a":{"b":1,"b":2},"c":"x\\u003ay"}',
+    ):
+        with pytest.raises(DecodeError, match="duplicate"):
+            loads_object(text)
+
+
+def test_the_key_count_bounds_the_depth() -> None:
+    deep = '{"a":' * 16 + "1" + "}" * 16
+    assert loads_object(deep)
+    with pytest.raises(DecodeError, match="deeper than 16"):
+        loads_object('{"a":' + deep + "}")
+    with pytest.raises(DecodeError, match="deeper than 3"):
+        loads_object('{"a":[{"b":[1]}]}', max_depth=3)
+    assert loads_object('{"a":[{"b":[1]}]}', max_depth=4)
