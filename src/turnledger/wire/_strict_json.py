@@ -32,15 +32,7 @@ raw). When the text contains ``\\u003`` the standard library parses it again
 with an ``object_pairs_hook`` that refuses duplicates. Before counting, the
 common case is settled by one comparison: compact servers that write raw
 UTF-8 send exactly ``orjson.dumps(value)``, which has no duplicates.
-Cheaper still, and first: the parsed value's keys are counted (the keys of
-every object, as kept) and compared with ``text.count(":")``. Every colon
-outside strings is one pair's, so the count of colons is pairs + colons
-inside strings >= pairs >= keys kept; equality holds only when no string
-holds a raw colon and no object lost a key, whatever the whitespace or
-escapes (an escaped ``\\u003a`` is no colon of the text). The same walk bounds
-the depth. It settles chat chunks without writing anything; when the counts
-differ (a colon in some text, or a duplicate) or the value holds a float,
-the checks above decide. Integers stay exact. orjson returns an integer beyond 64 bits as a float;
+Integers stay exact. orjson returns an integer beyond 64 bits as a float;
 such a value never dumps back to the text it came from, so only when the
 canonical comparison fails and the text holds a run of 19 or more digits is
 the text parsed again by the standard library (exact integers, duplicates
@@ -157,41 +149,8 @@ _KINDS: dict[type, str] = {
 }
 
 
-# The deepest max_depth the key count below settles (it recurses once a
-# level); deeper limits take the general path, bounded by orjson's writer.
-_COUNT_MAX_DEPTH = 64
-
-
-def _keys(value: Any, depth: int, max_depth: int) -> int:
-    # The keys of every object in ``value`` (distinct per object, as parsed),
-    # or -1 if a float is in it (it may be an integer past 64 bits, which
-    # the standard library must read again). Raises past ``max_depth``.
-    if depth > max_depth:
-        raise DecodeError(f"JSON nested deeper than {max_depth} levels")
-    if type(value) is dict:
-        keys = len(value)
-        children = value.values()
-    else:
-        keys = 0
-        children = value
-    for child in children:
-        kind = type(child)
-        if kind is dict or kind is list:
-            more = _keys(child, depth + 1, max_depth)
-            if more < 0:
-                return more
-            keys += more
-        elif kind is float:
-            return -1
-    return keys
-
-
 def _checked(text: str, value: Any, max_depth: int) -> Any:
     # The rules orjson does not apply, for an object or array it parsed.
-    if max_depth <= _COUNT_MAX_DEPTH and _keys(value, 1, max_depth) == text.count(":"):
-        # Every colon of the text is a key's (none is inside a string) and
-        # every key was kept: no duplicates. See the module docstring.
-        return value
     try:
         dumped = _dumps(value)
     except _JSONEncodeError:  # nested deeper than orjson writes (255)
