@@ -14,12 +14,16 @@ parts it cannot do without already cost.
    alone (the fastest parser there is, with no strict check at all), the
    strict checks (``loads_strict`` minus ``orjson.loads``).
 
-2. Per log line and per turn of ``benchmarks/actors.py``'s hub (200
-   sessions, 10 turns each, instant provider): the lines a turn writes at
-   DEBUG, the cost of one line through the benchmark's structlog
-   configuration (``merge_contextvars``, ``add_log_level``,
-   ``JSONRenderer``), through the same with a renderer that writes nothing
-   (structlog's own floor), and with orjson as the serializer.
+2. Per turn of ``benchmarks/actors.py``'s hub (200 sessions, 10 turns
+   each, instant provider, logs at DEBUG), one structlog configuration after
+   another, interleaved: filtered at WARNING (the baseline); every line
+   built and handed to structlog, then dropped by its first processor (what
+   the library's side of a line costs, with structlog's call); context and
+   level merged and rendered as ``""`` (then printed to /dev/null);
+   rendered by orjson; by ``json.dumps`` (``actors.py``'s configuration);
+   and ``configure_logging(json=True)`` as it was (json.dumps) and as it is
+   (orjson), at DEBUG (``verbosity=1``) and at INFO (the transitions only,
+   what the command line writes to a pipe).
 
     python benchmarks/streams_logs_floor.py [--rounds N]
 """
@@ -47,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import actors
 import streaming
 
+from turnledger.adapters.logging import configure_logging
 from turnledger.adapters.providers import SSEDecoder, loads_strict
 
 
@@ -97,61 +102,72 @@ def sse_floor(chunks: int, rounds: int) -> None:
     )
 
 
-def _json_config(serializer: Any = None, render: bool = True) -> None:
-    renderer: Any
-    if not render:
+def _configure(*processors: Any) -> Callable[[], None]:
+    def configure() -> None:
+        structlog.configure(
+            processors=list(processors),
+            wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+            logger_factory=structlog.PrintLoggerFactory(open(os.devnull, "w")),  # noqa: SIM115
+        )
 
-        def renderer(_: Any, __: str, event_dict: Any) -> str:
-            return ""
-    elif serializer is None:
-        renderer = structlog.processors.JSONRenderer()
-    else:
-        renderer = structlog.processors.JSONRenderer(serializer=serializer)
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
-        logger_factory=structlog.PrintLoggerFactory(open(os.devnull, "w")),  # noqa: SIM115
-    )
+    return configure
+
+
+def _drop(_: Any, __: str, event_dict: Any) -> Any:
+    raise structlog.DropEvent
+
+
+def _nothing(_: Any, __: str, event_dict: Any) -> str:
+    return ""
 
 
 def _orjson_text(obj: Any, **_: Any) -> str:
     return orjson.dumps(obj).decode()
 
 
-def _line_cost(configure: Callable[[], None], lines: int, rounds: int) -> float:
-    configure()
-    log = structlog.get_logger("turnledger.sessions").bind(session_id="s1")
+def _cli_json_before(level: int = logging.DEBUG) -> None:
+    # configure_logging(json=True) as it was, json.dumps renderer.
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(ensure_ascii=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(open(os.devnull, "w")),  # noqa: SIM115
+    )
 
-    def run() -> None:
-        for _ in range(lines):
-            log.debug(
-                "message_received",
-                msg_type="Submit",
-                in_flight=None,
-                request_id="r1",
-                stale=False,
-                question_chars=10,
-            )
 
-    return cpu_medians({"": run}, rounds)[""] / lines
+def _cli_json_now(verbosity: int = 1) -> None:
+    configure_logging(json=True, verbosity=verbosity, stream=open(os.devnull, "w"))  # noqa: SIM115
 
 
 def log_floor(rounds: int) -> None:
     sessions, turns = 200, 10
     total = sessions * turns
-    quiet: list[float] = []
-    logged: list[float] = []
+    merge = structlog.contextvars.merge_contextvars
+    level = structlog.processors.add_log_level
+    variants: dict[str, Callable[[], None]] = {
+        "logs filtered (WARNING)": actors.quiet_logs,
+        "every line, dropped by the first processor": _configure(_drop),
+        "every line, context + level, rendered as ''": _configure(merge, level, _nothing),
+        "every line, context + level, orjson": _configure(
+            merge, level, structlog.processors.JSONRenderer(serializer=_orjson_text)
+        ),
+        "every line as JSON (actors.py: json.dumps)": actors.json_logs_to_devnull,
+        "configure_logging(json, -v), before": _cli_json_before,
+        "configure_logging(json, -v), now": _cli_json_now,
+        "configure_logging(json), INFO, before": lambda: _cli_json_before(logging.INFO),
+        "configure_logging(json), INFO, now": lambda: _cli_json_now(0),
+    }
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
-        actors.quiet_logs()
-        quiet.append(actors.hub_turns(sessions, turns)[1])
-        actors.json_logs_to_devnull()
-        logged.append(actors.hub_turns(sessions, turns)[1])
-    turn_q = statistics.median(quiet) / total
-    turn_j = statistics.median(logged) / total
+        for name, configure in variants.items():
+            configure()
+            cpu[name].append(actors.hub_turns(sessions, turns)[1])
+    actors.quiet_logs()
 
     out = io.StringIO()
     structlog.configure(
@@ -160,41 +176,20 @@ def log_floor(rounds: int) -> None:
         logger_factory=structlog.PrintLoggerFactory(out),
     )
     actors.hub_turns(sessions, turns)
+    actors.quiet_logs()
     names = collections.Counter(json.loads(line)["event"] for line in out.getvalue().splitlines())
     per_turn = sum(names.values()) / total
 
-    n = 20_000
-    line_json = _line_cost(_json_config, n, rounds)
-    line_none = _line_cost(lambda: _json_config(render=False), n, rounds)
-    line_orjson = _line_cost(lambda: _json_config(_orjson_text), n, rounds)
-    actors.quiet_logs()
-    line_quiet = _line_cost(actors.quiet_logs, n, rounds)
-
-    print(f"\n2. Logs, {sessions} sessions x {turns} turns through one hub, CPU:")
-    print(
-        f"   turn, logs filtered (WARNING) {turn_q * 1e6:6.1f} µs;"
-        f" every line as JSON {turn_j * 1e6:6.1f} µs; ratio {turn_j / turn_q:.2f}x"
-    )
+    print(f"\n2. Logs at DEBUG, {sessions} sessions x {turns} turns through one hub, CPU per turn:")
     detail = ", ".join(f"{k} {v / total:.2f}" for k, v in names.most_common())
-    print(f"   lines per turn at DEBUG: {per_turn:.2f} ({detail})")
+    print(f"   lines per turn: {per_turn:.2f} ({detail})")
+    base = statistics.median(cpu["logs filtered (WARNING)"]) / total
+    for name, ts in cpu.items():
+        t = statistics.median(ts) / total
+        print(f"   {name:45s} {t * 1e6:6.1f} µs  {t / base:4.2f}x  (+{(t - base) * 1e6:5.1f} µs)")
     print(
-        f"   one line: filtered {line_quiet * 1e6:.2f} µs; JSONRenderer {line_json * 1e6:.2f} µs;"
-        f" orjson serializer {line_orjson * 1e6:.2f} µs;"
-        f" structlog with an empty renderer {line_none * 1e6:.2f} µs"
-    )
-    for label, line in (
-        ("JSONRenderer", line_json),
-        ("orjson", line_orjson),
-        ("empty renderer", line_none),
-    ):
-        print(
-            f"   floor with {label:14s} (turn + lines x line, no field built):"
-            f" {(turn_q + per_turn * line) / turn_q:.2f}x"
-        )
-    print(
-        f"   the rest, building the fields and the transitions: "
-        f"{(turn_j - turn_q - per_turn * line_json) * 1e6:.1f} µs/turn;"
-        f" the 1.15x goal leaves {turn_q * 0.15 * 1e6:.1f} µs/turn"
+        f"   the 1.15x goal leaves {base * 0.15 * 1e6:.1f} µs a turn,"
+        f" {base * 0.15 / per_turn * 1e6:.1f} µs a line"
     )
 
 
