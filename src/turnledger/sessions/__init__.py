@@ -36,6 +36,7 @@ Names that sound alike, by layer:
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from ._branches import Branch, BranchInfo
 from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
 from ._machine import (
     EVENT_TRANSITIONS,
@@ -49,6 +50,7 @@ from ._machine import (
     Pending,
     SessionState,
     Streaming,
+    branches_of,
     decide,
     ending_of,
     evolve,
@@ -61,13 +63,16 @@ from ._machine import (
 from ._messages import (
     Cancel,
     Completed,
+    Edit,
     Failed,
     Failure,
     Interrupt,
     Message,
+    Regenerate,
     ResponseStarted,
     Start,
     Submit,
+    Switch,
     Timeout,
     ToolDone,
 )
@@ -102,6 +107,8 @@ __all__ = [
     "MAX_TOOL_RESULT_BYTES",
     "TRANSITIONS",
     "AwaitingTools",
+    "Branch",
+    "BranchInfo",
     "Budget",
     "Cancel",
     "CharTokenEstimator",
@@ -114,6 +121,7 @@ __all__ = [
     "DescribesModels",
     "Discarded",
     "DiscardedResult",
+    "Edit",
     "Ending",
     "Endings",
     "Failed",
@@ -130,6 +138,7 @@ __all__ = [
     "Pending",
     "Plan",
     "Provider",
+    "Regenerate",
     "RejectedResult",
     "RequestEncoder",
     "ResponseStarted",
@@ -141,6 +150,7 @@ __all__ = [
     "StreamSink",
     "Streaming",
     "Submit",
+    "Switch",
     "Timeout",
     "TokenEstimator",
     "Tool",
@@ -152,6 +162,7 @@ __all__ = [
     "Turn",
     "TurnHandle",
     "TurnResult",
+    "branches_of",
     "build_messages",
     "decide",
     "ending_of",
