@@ -49,7 +49,8 @@ PUBLIC: dict[str, str] = {
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",
     "turnledger.timeline": (
-        "End LateCompletion RetryEntry Row Step Timeline ToolCallEntry ToolRoundEntry explain "
+        "BranchEntry BranchStart BranchSwitch End LateCompletion RetryEntry Row Step Timeline "
+        "ToolCallEntry ToolRoundEntry explain "
         "iso_time phase_name session_summary timeline"
     ),
     "turnledger.adapters.providers": (
