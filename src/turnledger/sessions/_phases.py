@@ -16,7 +16,7 @@ from typing import Final, TypeAlias
 import attrs
 
 from ..events import MAIN_BRANCH, BranchId, RequestId, SessionStarted
-from ._branches import Branch, BranchInfo, branch_records, infos
+from ._branches import Branch, BranchInfo, branch_records, find_branch, infos
 from ._history import Ending, Endings, History, ToolRound, Turn
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "Pending",
     "SessionState",
     "Streaming",
+    "branch_turns",
     "branches_of",
     "current_request",
     "ending_of",
@@ -153,6 +154,16 @@ def branches_of(state: SessionState) -> tuple[BranchInfo, ...]:
     first), with its length, its newest turn and whether it is active."""
     records = branch_records(state.branches, state.active_branch, state.turns, state.context_start)
     return infos(records, state.active_branch)
+
+
+def branch_turns(state: SessionState, branch: str) -> History:
+    """The committed turns on ``branch``'s path (the active one: ``state.turns``).
+
+    Raises:
+        UnknownBranch: the session has no such branch.
+    """
+    records = branch_records(state.branches, state.active_branch, state.turns, state.context_start)
+    return find_branch(records, branch).turns
 
 
 def ending_of(state: SessionState, request_id: RequestId) -> Ending | None:
