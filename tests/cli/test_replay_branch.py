@@ -79,3 +79,20 @@ def test_replay_shows_the_active_branch_or_the_one_asked_for(tmp_path: Path) -> 
     )
     alone = tl("replay", "b.db", "--branch", "b1", cwd=tmp_path)
     assert alone.returncode != 0 and "--branch needs --session" in alone.stderr
+
+
+def test_export_writes_one_branch_path(tmp_path: Path) -> None:
+    _write(tmp_path / "b.db")
+    active = tl("export", "b.db", "--session", "s", "--format", "json", cwd=tmp_path)
+    assert active.returncode == 0, active.stderr
+    record = json.loads(active.stdout)
+    assert record["branch"] == "main"
+    assert [t["question"] for t in record["turns"]] == ["one", "two"]
+    b1 = tl("export", "b.db", "-s", "s", "--format", "json", "--branch", "b1", cwd=tmp_path)
+    record = json.loads(b1.stdout)
+    assert record["branch"] == "b1"
+    assert [t["question"] for t in record["turns"]] == ["one", "deux"]
+    md = tl("export", "b.db", "-s", "s", "--branch", "b1", cwd=tmp_path)
+    assert md.returncode == 0 and "deux" in md.stdout and "two" not in md.stdout
+    unknown = tl("export", "b.db", "-s", "s", "--branch", "b9", cwd=tmp_path)
+    assert unknown.returncode != 0 and "no branch 'b9'" in unknown.stderr
