@@ -69,3 +69,52 @@ async def test_an_old_session_branches_and_keeps_its_turns(tmp_path: Path, relea
             assert main == old
     finally:
         await store.aclose()
+
+
+def test_retention_keeps_a_branched_session_whole() -> None:
+    from turnledger.events import BranchId, RequestId
+    from turnledger.sessions import (
+        Completed,
+        Edit,
+        Message,
+        RetentionPolicy,
+        SessionState,
+        Start,
+        Submit,
+        decide,
+        evolve,
+        initial_state,
+        plan_retention,
+    )
+
+    state: SessionState = initial_state()
+    events = []
+
+    def send(msg: Message) -> None:
+        nonlocal state
+        for ev in decide(state, msg):
+            state = evolve(state, ev)
+            events.append(ev)
+
+    send(Start("s", "m"))
+    for i in range(4):
+        send(Submit(RequestId(f"r{i}"), f"q{i}"))
+        send(Completed(RequestId(f"r{i}"), f"a{i}", "stop"))
+    stored = [
+        DEFAULT_CODEC.encode(e, session_id="s", seq=i, recorded_at=float(i))
+        for i, e in enumerate(events, 1)
+    ]
+    policy = RetentionPolicy(max_turns=2)
+    step = plan_retention("s", stored, policy, now=100.0)
+    assert step is not None and step.action == "trim"  # the same log, unbranched: trimmed
+    send(Edit(RequestId("e"), 3, "q3 again"))
+    send(Completed(RequestId("e"), "a3 again", "stop"))
+    assert state.active_branch == BranchId("b1")
+    stored = [
+        DEFAULT_CODEC.encode(e, session_id="s", seq=i, recorded_at=float(i))
+        for i, e in enumerate(events, 1)
+    ]
+    assert plan_retention("s", stored, policy, now=100.0) is None
+    # an idle session is still erased whole
+    erase = plan_retention("s", stored, RetentionPolicy(max_idle=10), now=1000.0)
+    assert erase is not None and erase.action == "erase"
