@@ -30,6 +30,7 @@ from .._errors import (
     InvalidCommand,
     SessionClosed,
     StoreCapReached,
+    StoreError,
     UnknownSession,
     describe_store_error,
 )
@@ -608,6 +609,8 @@ class Hub:
             UnknownBranch: the session has no such branch; nothing was written.
             SessionBusy: a turn is in flight and the busy policy is
                 ``reject`` (under ``supersede`` the turn is discarded first).
+            StoreError: the store refused to record the switch (a full
+                disk, an I/O error); the active branch is unchanged.
             SessionClosed: the hub is closed, or the session stopped.
 
         Cancellation: if cancelled before the switch was queued, nothing was
@@ -620,8 +623,8 @@ class Hub:
         while not ticket.done:
             await ticket.wait()
         error = ticket.error
-        if isinstance(error, InvalidCommand):
-            raise error
+        if isinstance(error, (InvalidCommand, StoreError)):
+            raise error  # refused, or not recorded: the active branch is unchanged
         if error is not None:
             raise SessionClosed(str(error)) from error.__cause__
 
