@@ -7,10 +7,15 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import turnledger
+
+T = TypeVar("T")
 
 
 def spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
@@ -37,6 +42,33 @@ def readline_within(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str
             raise AssertionError(f"no line from the child within {timeout}s (got {line!r})")
         chunk = os.read(proc.stdout.fileno(), 1)
         if not chunk:
-            raise AssertionError(f"the child exited (got {line!r}, code {proc.wait()})")
+            raise AssertionError(f"the child exited (got {line!r}, code {proc.wait(timeout)})")
         line += chunk
     return line.decode().strip()
+
+
+def within(timeout: float, read: Callable[[], T], what: str = "the child") -> T:
+    """``read()`` (a blocking read of a child's pipe, of any kind), or an
+    AssertionError after ``timeout`` s instead of a test that hangs.
+
+    The read runs in a daemon thread; after a timeout it stays blocked until
+    the caller kills the child (which closes the pipe), as every caller does
+    in its ``finally``.
+    """
+    box: list[T] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            box.append(read())
+        except BaseException as exc:  # handed to the caller below
+            error.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise AssertionError(f"nothing from {what} within {timeout}s")
+    if error:
+        raise error[0]
+    return box[0]

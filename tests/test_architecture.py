@@ -183,11 +183,15 @@ def test_importing_the_pure_modules_loads_no_io_library() -> None:
         + "".join(f"import {m}\n" for m in [*PURE, *sorted(LAZY)])
         + f"print(sorted(m for m in {sorted(LOADED_FORBIDDEN)!r} if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     assert out.stdout.strip() == "[]"
     # and the check can fail: the runtime does load trio
     code = "import sys, turnledger.sessions as s; s.open_hub; print('trio' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     assert out.stdout.strip() == "True"
 
 

@@ -23,11 +23,12 @@ import httpx
 import pytest
 import trio
 
+from _pytest_guards import import_or_skip
 from turnledger.adapters.stores import SQLiteStore
 from turnledger.sessions import replay_sessions
 from turnledger.testing import chat_responder, open_loopback_server
 
-pytest.importorskip("fastapi")
+import_or_skip("fastapi", required_by="TURNLEDGER_REQUIRE_FASTAPI")
 
 ROOT = Path(__file__).parents[1]
 CLIENTS = 200

@@ -123,7 +123,7 @@ async def test_hub_processes_append_at_once_and_a_tailing_reader_sees_no_gap(
         for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
+                p.wait(30)
 
 
 # A hub process on session "s" with a short lease. Its provider answers at
@@ -219,4 +219,4 @@ async def test_a_stalled_owner_loses_the_session_and_cannot_write_after(pg_dsn: 
             if p is not None and p.poll() is None:
                 os.kill(p.pid, signal.SIGCONT)
                 p.kill()
-                p.wait()
+                p.wait(30)

@@ -12,18 +12,25 @@ import pytest
 
 PUBLIC: dict[str, str] = {
     "turnledger": (
-        "AnthropicChat CodecError CommittedResult ConcurrencyConflict DecodeError "
-        "DiscardedResult InvalidCommand JournalStore LeaseLost Ledger LimitExceeded MemoryStore "
-        "OllamaChat OpenAIChat OpenAIResponses PostgresStore ProviderError ProviderSettings "
+        "AnthropicChat CodecError CommittedResult ConcurrencyConflict ContentEncrypted "
+        "DecodeError DecryptionFailed DiscardedResult EncryptionError InvalidCommand "
+        "JournalStore LeaseLost Ledger LimitExceeded MemoryStore OllamaChat OpenAIChat "
+        "OpenAIResponses PlaintextRefused PostgresStore ProviderError ProviderSettings "
         "ProviderSettingsError RejectedResult ReplayError RetryPolicy SQLiteStore SessionBusy "
         "SessionClosed SessionOwnedElsewhere StoreCapReached StoreCorrupted StoreError "
         "StoreFull StoreUnavailable StreamLimits StreamProtocolError Tool ToolError "
         "ToolInvocation Turn TurnLedgerError TurnResult UnknownBranch UnknownEventTag "
-        "UnknownSession UnknownTurn Window WrongEventLoop __version__ open_hub open_provider "
-        "open_store"
+        "UnknownSession UnknownTurn Window WrongEventLoop WrongKey __version__ open_hub "
+        "open_provider open_store"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
+    "turnledger.adapters.encryption": (
+        "KEYS_ENV KEY_FILE_ENV ContentEncrypted DecryptionFailed EncryptedStore EncryptionError "
+        "KeyProvider KeyRing PlaintextRefused PostgresKeyRing SQLiteKeyRing SealedSnapshots "
+        "StaticKeys WrappedKey WrongKey keys_from_env keys_from_environment keys_from_file "
+        "new_key_line rotate_keys"
+    ),
     "turnledger.events": (
         "BRANCH_KINDS DEFAULT_CODEC DISCARD_REASONS MAIN_BRANCH REJECT_REASONS SCHEMA_VERSIONS "
         "WINDOW_SOURCES WIRE_TAGS BaseEventStore BranchId BranchKind BranchStarted "
@@ -34,25 +41,23 @@ PUBLIC: dict[str, str] = {
         "TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource session_hash"
     ),
     "turnledger.sessions": (
-        "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AwaitingTools Branch BranchInfo "
-        "Budget Cancel CharTokenEstimator ChatMessage ChatRequest Committed CommittedResult "
-        "Completed Completion DescribesModels Discarded DiscardedResult Edit Ending Endings "
-        "Failed Failure History Hub HubStatistics Idle InFlight Interrupt JsonChatEncoder "
-        "Message ModelInfo Pending Plan Provider Regenerate RejectedResult RequestEncoder "
-        "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink "
-        "Streaming Submit Switch Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
-        "ToolResult ToolRound Turn TurnHandle TurnResult branch_turns branches_of "
-        "build_messages decide "
-        "ending_of erase_sessions evolve initial_state is_in_flight open_hub plan "
-        "plan_retention prompt_token_cap prune_store replay replay_sessions request_messages "
-        "sessions_of_subject subject_of"
+        "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AnswersAtOnce AwaitingTools Branch "
+        "BranchInfo Budget Cancel CharTokenEstimator ChatMessage ChatRequest Committed "
+        "CommittedResult Completed Completion DescribesModels Discarded DiscardedResult Edit "
+        "Ending Endings Failed Failure History Hub HubStatistics Idle InFlight Interrupt "
+        "JsonChatEncoder Message ModelInfo Pending Plan Provider Regenerate RejectedResult "
+        "RequestEncoder ResponseStarted RetentionPolicy RetentionStep Role SessionState Start "
+        "StreamSink Streaming Submit Switch Timeout TokenEstimator Tool ToolDone ToolError "
+        "ToolInvocation ToolResult ToolRound Turn TurnHandle TurnResult branch_turns "
+        "branches_of build_messages decide ending_of erase_sessions evolve initial_state "
+        "is_in_flight open_hub plan plan_retention prompt_token_cap prune_store replay "
+        "replay_sessions request_messages sessions_of_subject subject_of"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",
     "turnledger.timeline": (
         "BranchEntry BranchStart BranchSwitch End LateCompletion RetryEntry Row Step Timeline "
-        "ToolCallEntry ToolRoundEntry explain "
-        "iso_time phase_name session_summary timeline"
+        "ToolCallEntry ToolRoundEntry explain iso_time phase_name session_summary timeline"
     ),
     "turnledger.adapters.providers": (
         "PROVIDER_KINDS AnthropicChat AnthropicEncoder AnthropicEventValidator "
@@ -66,8 +71,8 @@ PUBLIC: dict[str, str] = {
         "parse_retry_after"
     ),
     "turnledger.adapters.stores": (
-        "JournalStore MemoryStore PostgresStore SQLiteStats SQLiteStore SessionLease open_store "
-        "store_kind"
+        "JournalStore MemorySnapshots MemoryStore PostgresSnapshots PostgresStore SQLiteSnapshots "
+        "SQLiteStats SQLiteStore SessionLease open_store snapshots_beside store_kind"
     ),
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail FaultyProvider FaultyStore "

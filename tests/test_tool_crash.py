@@ -77,7 +77,7 @@ async def test_sigkill_mid_tool_recovers_as_interrupted(
     finally:
         if child.poll() is None:
             child.kill()
-            child.wait()
+            child.wait(30)
     store = await open_store(path)
     try:
         before = [DEFAULT_CODEC.decode(e) for e in await store.read("s")]

@@ -160,6 +160,36 @@ class StoreCorrupted(StoreError):
     """Stored data fails its integrity checks; nothing was rewritten."""
 
 
+class EncryptionError(StoreError):
+    """Encrypted content could not be written or read; nothing was changed.
+
+    The subclasses say why. Raised by
+    :class:`~turnledger.adapters.encryption.EncryptedStore`.
+    """
+
+
+class DecryptionFailed(EncryptionError):
+    """A ciphertext does not open under its session's data key at its place:
+    the key is wrong, or the row was copied from another session, sequence
+    number, event type or store. Never garbage: nothing is returned."""
+
+
+class WrongKey(EncryptionError):
+    """The key-encryption key cannot unwrap a session's data key: it is not
+    the key the data key was wrapped with, or that key is not provided."""
+
+
+class PlaintextRefused(EncryptionError):
+    """A plaintext row was found in (or offered to) an encrypted store."""
+
+
+class ContentEncrypted(CodecError):
+    """The stored content is encrypted and no key was given to read it.
+
+    The message says how to give one; the ciphertext is never shown.
+    """
+
+
 class StoreFull(StoreError):
     """A configured size cap refused the append; the store is unchanged."""
 

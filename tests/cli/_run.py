@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from _procs import within
 
 #: Terminal controls a session id or an answer may carry: ESC (a title
 #: change, a screen clear), BEL, CR, a C1 CSI and a bidi override.
@@ -58,10 +62,15 @@ def server_process(tmp_path: Path, responder: str, setup: str = "") -> Iterator[
     )
     try:
         assert server.stdout is not None
-        yield server.stdout.readline().strip()
+        yield within(30, server.stdout.readline, "the server").strip()
     finally:
-        server.communicate("", timeout=30)
-        script.unlink()
+        try:
+            server.communicate("", timeout=30)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait(30)
+            script.unlink()
 
 
 @contextlib.contextmanager
@@ -84,10 +93,15 @@ def loopback_process(
         yield base_url + "/v1"
 
 
-def read_terminal(main: int) -> bytes:
-    """Everything written to a pseudo-terminal until it closes."""
+def read_terminal(main: int, timeout: float = 60) -> bytes:
+    """Everything written to a pseudo-terminal until it closes (an
+    AssertionError if it is still open after ``timeout`` s)."""
     seen = b""
+    deadline = time.monotonic() + timeout
     while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([main], [], [], left)[0]:
+            raise AssertionError(f"the terminal is still open after {timeout}s: {seen[-500:]!r}")
         try:
             chunk = os.read(main, 4096)
         except OSError:  # the terminal closed

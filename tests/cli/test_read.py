@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from _procs import within
+
 from ._run import NASTY, tl
 
 pytestmark = pytest.mark.slow
@@ -191,8 +193,8 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> N
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     assert log.stdout is not None and log.stderr is not None
-    assert log.stdout.readline().startswith(b"session chat")
+    assert within(60, log.stdout.readline).startswith(b"session chat")
     log.stdout.close()  # as `| head -1` does
-    err = log.stderr.read()
+    err = within(60, log.stderr.read)
     assert log.wait(timeout=60) == 0, err
     assert b"Traceback" not in err and b"BrokenPipe" not in err

@@ -18,6 +18,8 @@ from turnledger.sessions import (
     replay,
 )
 
+from ._reference import meaning, observed
+
 
 def rid(s: str) -> RequestId:
     return RequestId(s)
@@ -39,7 +41,10 @@ class Session:
         return events
 
     def then_replay_matches(self) -> None:
+        """Replaying the log gives the state built step by step, and that
+        state says what the log means by the independent reference fold."""
         assert replay(self.log) == self.state
+        assert observed(self.state) == meaning(self.log)
 
 
 def given(*messages: Message, budget: Budget | None = None, start: Start | None = None) -> Session:

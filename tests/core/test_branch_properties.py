@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turnledger import SessionBusy, UnknownBranch, UnknownTurn
-from turnledger.events import BranchId, Event, RequestId
+from turnledger.events import DEFAULT_CODEC, BranchId, Event, RequestId
 from turnledger.sessions import (
     Cancel,
     Completed,
@@ -48,6 +48,7 @@ from turnledger.sessions import (
     replay,
     request_messages,
 )
+from turnledger.sessions._replay import StateDecoder, fold_items
 
 Pair = tuple[str, str, str]  # request id, question, answer
 
@@ -214,6 +215,13 @@ def test_branches_match_a_plain_tree_of_lists(
         _step(run, model, op, n)
         _check(run, model)
     assert replay(run.log) == run.state
+    # and the bulk replay's fold (plain tuples for the common turn) agrees
+    decoder = StateDecoder()
+    stored = [
+        DEFAULT_CODEC.encode(e, session_id="s", seq=i, recorded_at=0.0)
+        for i, e in enumerate(run.log, 1)
+    ]
+    assert fold_items([decoder.decode(e) for e in stored]) == run.state
 
 
 def test_the_model_reaches_deep_trees() -> None:

@@ -17,6 +17,7 @@ from turnledger.events import (
     SessionStarted,
     TurnCommitted,
     TurnDiscarded,
+    TurnRejected,
     TurnRetried,
     TurnSubmitted,
     Usage,
@@ -43,9 +44,23 @@ from ._given import Session, given, rid
 EST = CharTokenEstimator()
 
 
+def _expected_tokens(system: str, sent: list[tuple[str, str]], question: str) -> int:
+    """The default estimate of a request, computed by hand from its texts:
+    3 tokens a request, and for each message 4 plus a token for every 4
+    characters begun (the rule CharTokenEstimator documents)."""
+    texts = [system] if system else []  # no system message for an empty prompt
+    texts += [text for pair in sent for text in pair] + [question]
+    return 3 + sum(4 + -(-len(text) // 4) for text in texts)
+
+
 def _tokens(state: Pending) -> int:
-    messages = request_messages(state)
-    return EST.request_tokens + sum(EST.message_tokens(m) for m in messages)
+    """The expected estimate of the request in flight (no tool rounds): from
+    the turns it sent and its question, not from the messages the machine
+    built."""
+    assert state.config is not None and not state.request.rounds
+    context = state.context
+    sent = [(t.question, t.answer) for t in context[len(context) - state.request.turns_sent :]]
+    return _expected_tokens(state.config.system, sent, state.request.question)
 
 
 def _windowed(window: int = 400, reserve: int = 100) -> Session:
@@ -164,8 +179,13 @@ def test_overflow_before_any_byte_retries_once_with_a_smaller_projection() -> No
     s.when(Submit(rid("x"), "next?"))
     first = s.state
     assert isinstance(first, Pending)
+    largest = first.largest_ok  # the largest request that committed
+    assert 0 < largest < (first.request.estimated_prompt_tokens or 0)
     (retry,) = s.when(Failed(rid("x"), Failure("context_overflow", "HTTP 400")))
     assert isinstance(retry, TurnRetried) and retry.request_id == "x"
+    # below the size that failed: the largest that committed, being smaller
+    assert s.state.overflow_cap == largest
+    assert retry.estimated_prompt_tokens <= largest
     assert retry.turns_sent < first.request.turns_sent
     assert retry.estimated_prompt_tokens < (first.request.estimated_prompt_tokens or 0)
     assert isinstance(s.state, Pending) and s.state.request.attempt == 2
@@ -343,7 +363,7 @@ def test_the_calibrated_estimate_never_exceeds_the_room(
     assert (ref.turns_sent, ref.request_bytes) == (ev.turns_sent, ev.request_bytes)
     if byte_cap is not None:
         assert ev.request_bytes <= byte_cap
-    assert replay(s.log) == s.state
+    s.then_replay_matches()
     for e in s.log:
         assert DEFAULT_CODEC.from_payload(*DEFAULT_CODEC.to_payload(e)) == e
 
@@ -355,3 +375,54 @@ def test_committed_usage_is_recorded() -> None:
     # a late answer is still paid for
     (ev,) = s.when(Completed(rid("a"), "again", "stop", Usage(20, 4, 24)))
     assert ev == CompletionIgnored(RequestId("a"), "completed", Usage(20, 4, 24))
+
+
+def test_an_overflow_with_nothing_smaller_to_send_caps_at_three_quarters() -> None:
+    # The first turn overflows: no turn committed, nothing to drop, so no
+    # retry; the next request may have at most 3/4 of the estimate that failed.
+    s = _windowed(window=4000, reserve=100)
+    (sub,) = s.when(Submit(rid("x"), "q" * 400))
+    assert isinstance(sub, TurnSubmitted) and sub.estimated_prompt_tokens is not None
+    failed = sub.estimated_prompt_tokens
+    (ev,) = s.when(Failed(rid("x"), Failure("context_overflow", "HTTP 400")))
+    assert isinstance(ev, TurnDiscarded) and ev.reason == "context_overflow"
+    assert s.state.overflow_cap == failed * 3 // 4
+    assert prompt_token_cap(s.state, Budget()) == failed * 3 // 4
+    # the same question no longer fits; a question of 3/4 the size does
+    (again,) = s.when(Submit(rid("y"), "q" * 400))
+    assert isinstance(again, TurnRejected) and again.reason == "over_budget"
+    assert again.detail.endswith(f"the budget is {failed * 3 // 4}")
+    # the longest question that fits: 3 + (4 + 1) for "sys" + 4 + len/4 tokens
+    longest = "q" * ((failed * 3 // 4 - 12) * 4)
+    assert _expected_tokens("sys", [], longest) == failed * 3 // 4
+    (fits,) = s.when(Submit(rid("z"), longest))
+    assert isinstance(fits, TurnSubmitted), fits
+    assert fits.estimated_prompt_tokens == failed * 3 // 4
+    s.then_replay_matches()
+
+
+def test_an_overflow_retries_below_three_quarters_of_the_failed_request() -> None:
+    # Window(1): the next request sends only the last turn, so it is smaller
+    # than the largest that committed; the cap after its overflow is then
+    # 3/4 of its own estimate, and the retry fits below it by dropping that turn.
+    s = given(
+        start=Start(
+            "sys", "m", Window(1), "reject",
+            context_window=100_000, output_reserve=100, window_source="user",
+        )
+    )  # fmt: skip
+    _turn(s, "a", "big " * 500, "ok")
+    _turn(s, "b", "small", "ok")  # sent with "a": the largest request that committed
+    largest = s.state.largest_ok
+    (sub,) = s.when(Submit(rid("x"), "and now?"))  # sends only "b"
+    assert isinstance(sub, TurnSubmitted) and sub.turns_sent == 1
+    failed = sub.estimated_prompt_tokens
+    assert failed is not None and failed < largest
+    (retry,) = s.when(Failed(rid("x"), Failure("context_overflow", "HTTP 400")))
+    assert isinstance(retry, TurnRetried) and retry.turns_sent == 0
+    assert s.state.overflow_cap == failed * 3 // 4
+    assert retry.estimated_prompt_tokens <= failed * 3 // 4
+    assert retry.estimated_prompt_tokens == _expected_tokens("sys", [], "and now?")
+    s.when(Completed(rid("x"), "fine", "stop"))
+    assert [t.request_id for t in s.state.turns] == ["a", "b", "x"]
+    s.then_replay_matches()

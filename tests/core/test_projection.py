@@ -9,7 +9,7 @@ from hypothesis import given as hgiven
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from turnledger.events import RequestId, TurnRejected, TurnSubmitted, Window
+from turnledger.events import RequestId, ToolCall, ToolSpec, TurnRejected, TurnSubmitted, Window
 from turnledger.sessions import (
     Budget,
     CharTokenEstimator,
@@ -19,6 +19,8 @@ from turnledger.sessions import (
     JsonChatEncoder,
     Start,
     Submit,
+    ToolResult,
+    ToolRound,
     Turn,
     build_messages,
     plan,
@@ -328,3 +330,52 @@ def test_a_token_budget_trims_by_whole_turns_and_rejects_what_cannot_fit() -> No
     (ev,) = s.when(Submit(rid("y"), "z" * 10))
     assert isinstance(ev, TurnRejected) and ev.reason == "over_budget"
     assert "about 10 tokens" in ev.detail and "9" in ev.detail
+
+
+def _round(content: str, calls: list[tuple[str, str]], done_in: list[int]) -> ToolRound:
+    """A complete round: ``calls`` (name, arguments), their results finishing
+    in the order ``done_in`` gives."""
+    tool_calls = tuple(ToolCall(f"c{i}", name, args) for i, (name, args) in enumerate(calls))
+    order = sorted(range(len(calls)), key=lambda i: done_in[i % len(done_in)] if done_in else i)
+    results = tuple(ToolResult(f"c{i}", f"result {i} of {calls[i][0]}", i % 2 == 1) for i in order)
+    return ToolRound(tool_calls, content, results)
+
+
+rounds = st.lists(
+    st.builds(
+        _round,
+        awkward,
+        st.lists(st.tuples(st.sampled_from(["clock", "calc"]), awkward), min_size=1, max_size=3),
+        st.lists(st.integers(0, 9), max_size=3),
+    ),
+    max_size=2,
+)
+
+
+@settings(max_examples=200)
+@hgiven(
+    system=awkward,
+    turns=st.lists(st.tuples(awkward, awkward, rounds), max_size=8),
+    question=awkward,
+    budget=st.one_of(st.none(), st.integers(0, 2500)),
+    max_tokens=st.one_of(st.none(), st.integers(0, 400)),
+    tools=st.booleans(),
+)
+def test_projection_of_tool_turns_chooses_what_the_naive_loop_chooses(
+    system: str,
+    turns: list[tuple[str, str, list[ToolRound]]],
+    question: str,
+    budget: int | None,
+    max_tokens: int | None,
+    tools: bool,
+) -> None:
+    # Turns with tool rounds: the reference writes their messages out on its
+    # own (calls, then results in the order of the calls, whatever order they
+    # finished in), so a fault in the shared message building shows here.
+    history = History(
+        [Turn(RequestId(f"r{i}"), q, a, tuple(rs)) for i, (q, a, rs) in enumerate(turns)]
+    )
+    specs = (ToolSpec("clock", "the time"), ToolSpec("calc", "arithmetic")) if tools else ()
+    b = Budget(budget, JsonChatEncoder(), max_tokens)
+    fast = plan("m", system, history, 0, question, b, specs)
+    assert fast == naive_plan("m", system, history, 0, question, b, specs)

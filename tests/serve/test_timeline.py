@@ -81,6 +81,7 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         [sys.executable, "-m", "turnledger", "sessions", str(db), "--json"],
         capture_output=True,
         check=True,
+        timeout=60,
     )
     session = sessions.stdout.decode().split('"session_id": "')[1].split('"')[0]
     return db, session
@@ -185,9 +186,12 @@ def test_the_static_file_tells_the_same_story(
     _check_the_story(browser, model)
     assert not browser.find_elements("css selector", "#sessions a")
     # without --session there is no page to draw; an unknown session is not found
-    assert subprocess.run([*cmd[:5], "--html", str(out)], capture_output=True).returncode == 2
+    assert (
+        subprocess.run([*cmd[:5], "--html", str(out)], capture_output=True, timeout=60).returncode
+        == 2
+    )
     missing = [*cmd[:5], "--session", "nope", "--html", str(tmp_path / "n.html")]
-    assert subprocess.run(missing, capture_output=True).returncode == 4
+    assert subprocess.run(missing, capture_output=True, timeout=60).returncode == 4
     assert not (tmp_path / "n.html").exists()
     browser.save_screenshot(str(tmp_path / "static-timeline.png"))
 
@@ -218,5 +222,5 @@ def test_the_timeline_loads_no_io_library() -> None:
         "print(sorted(m for m in ('trio', 'httpx', 'starlette', 'hypercorn', 'sqlite3') "
         "if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=60)
     assert out.stdout.decode().strip() == "[]"

@@ -17,6 +17,12 @@ from ._helpers import HookedStore, events_of
 R1, R2, R3 = RequestId("r1"), RequestId("r2"), RequestId("r3")
 
 
+def through_request_task() -> ScriptedProvider:
+    """Answers ``ok`` through ``complete()``, in the request task (an
+    ``instant()`` provider answers at once, without one)."""
+    return ScriptedProvider(lambda _request: [Finish("ok")])
+
+
 def request_tasks() -> list[trio.lowlevel.Task]:
     """Every task of this run named like the actor's request task."""
     found = []
@@ -32,7 +38,7 @@ def request_tasks() -> list[trio.lowlevel.Task]:
 
 
 async def test_one_request_task_serves_a_session_turn_after_turn(store: HookedStore) -> None:
-    provider = ScriptedProvider.instant()
+    provider = through_request_task()
     seen = []
     async with open_hub(store, provider, model="m") as hub:
         for i in range(5):
@@ -119,7 +125,7 @@ async def test_a_request_that_ignores_cancellation_does_not_hold_up_the_next_tur
 async def test_a_passivated_session_leaves_no_request_task(
     store: HookedStore, autojump_clock: Any
 ) -> None:
-    async with open_hub(store, ScriptedProvider.instant(), model="m", passivate_after=10) as hub:
+    async with open_hub(store, through_request_task(), model="m", passivate_after=10) as hub:
         assert (await (await hub.submit("s", "q")).outcome()).kind == "committed"
         await wait_all_tasks_blocked()
         assert len(request_tasks()) == 1
@@ -137,7 +143,7 @@ async def test_an_idle_session_lets_its_request_task_go(
     store: HookedStore, autojump_clock: Any
 ) -> None:
     # Without passivation too: the janitor still sweeps for request tasks.
-    async with open_hub(store, ScriptedProvider.instant(), model="m", passivate_after=None) as hub:
+    async with open_hub(store, through_request_task(), model="m", passivate_after=None) as hub:
         assert (await (await hub.submit("s", "q1")).outcome()).kind == "committed"
         await wait_all_tasks_blocked()
         [first] = request_tasks()

@@ -257,7 +257,14 @@ def check_log(world: World, sid: str) -> None:
         assert world.first_terminal[turn.request_id] == Finish(turn.answer, "stop")
 
 
+def _ending(result: Any) -> tuple[Any, ...]:
+    """What a result says about its turn, whoever asked."""
+    detail = getattr(result, "answer", None) or getattr(result, "reason", None)
+    return type(result), result.request_id, detail
+
+
 def check_outcomes(world: World) -> None:
+    first = {a.request_id: a for a in world.asked if not a.repeat}
     for a in world.asked:
         assert len(a.results) == 1, a  # exactly one outcome per submitted turn
         (result,) = a.results
@@ -268,7 +275,12 @@ def check_outcomes(world: World) -> None:
             and e.request_id == a.request_id
         ]
         assert not isinstance(result, SessionClosed), (a, events)
-        assert result.repeated == (a.repeat and result.repeated)
+        if not a.repeat:
+            assert not result.repeated, a  # the first submit of an id is never a repeat
+        else:
+            # a repeat gets the first submit's outcome: joined while in
+            # flight (repeated=False) or given back once ended (repeated=True)
+            assert _ending(result) == _ending(first[a.request_id].results[0]), a
         final = events[-1]
         if isinstance(result, CommittedResult):
             assert isinstance(final, TurnCommitted) and final.answer == result.answer

@@ -30,6 +30,7 @@ SEEDS = int(os.environ.get("TURNLEDGER_SIM_SEEDS", "500"))
 START = int(os.environ.get("TURNLEDGER_SIM_START", "0"))
 
 
+@pytest.mark.timeout(600)  # SEEDS simulations, about 40 ms of CPU each
 def test_a_slice_of_seeds_breaks_no_invariant() -> None:
     failures = []
     totals = {"crashes": 0, "stalls": 0, "store_faults": 0, "committed": 0}

@@ -288,7 +288,7 @@ def test_two_processes_one_session(pg_dsn: str) -> None:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
+                p.wait(30)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from core._reference import meaning, observed
 from turnledger.adapters.stores import (
     JournalStore,
     PostgresStore,
@@ -17,6 +18,16 @@ from turnledger.events import DEFAULT_CODEC
 from turnledger.sessions import replay
 
 from ._store_scenarios import conversation
+
+
+def committed(session_id: str) -> list[tuple[str, str]]:
+    """The turns ``conversation(session_id, 4 + i % 3)`` commits: every
+    fourth one first time, and every fourth one after a timeout."""
+    turns = 4 + int(session_id.rpartition("-")[2]) % 3
+    answers = {0: "answer {}", 3: "answer {} again"}
+    return [
+        (f"{session_id}/r{i}", answers[i % 4].format(i)) for i in range(turns) if i % 4 in answers
+    ]
 
 
 @pytest.fixture(params=["sqlite", "journal", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -53,7 +64,13 @@ async def test_reopen_and_replay(target: str) -> None:
             for sid, (batches, live_state) in sessions.items():
                 stored = await store.read(sid)
                 assert stored == [ev for batch in batches for ev in batch]
-                assert replay([DEFAULT_CODEC.decode(e) for e in stored]) == live_state
+                decoded = [DEFAULT_CODEC.decode(e) for e in stored]
+                state = replay(decoded)
+                assert state == live_state
+                # what the conversation committed (see conversation()), and
+                # the rest by the independent reference fold
+                assert [(t.request_id, t.answer) for t in state.turns] == committed(sid)
+                assert observed(state) == meaning(decoded)
             feed = await store.read_all()
             ids = await store.session_ids()
             assert sorted(ids) == sorted(sessions)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from _procs import within
 from turnledger import StoreCorrupted, StoreUnavailable
 from turnledger.adapters.stores import SQLiteStore
 
@@ -59,7 +60,7 @@ def test_a_second_chat_on_the_file_does_not_touch_the_live_turn(tmp_path: Path) 
     )  # fmt: skip
     try:
         assert server.stdout is not None
-        base_url = server.stdout.readline().strip()
+        base_url = within(30, server.stdout.readline, "the server").strip()
         first = subprocess.Popen(
             [sys.executable, "-m", "turnledger", "chat", "--db", "c.db", "--model", "m",
              "--base-url", base_url],
@@ -70,7 +71,9 @@ def test_a_second_chat_on_the_file_does_not_touch_the_live_turn(tmp_path: Path) 
             assert first.stdin is not None and first.stdout is not None
             first.stdin.write("first question\n")
             first.stdin.flush()
-            assert first.stdout.read(10) == "a slow ans"  # its answer is streaming
+            assert (
+                within(60, lambda: first.stdout.read(10)) == "a slow ans"
+            )  # its answer is streaming
             # A second writer is refused, naming the first one.
             second = _tl("chat", "--db", "c.db", cwd=tmp_path, stdin="hello\n")
             assert second.returncode == 3, second.stdout + second.stderr
@@ -83,7 +86,7 @@ def test_a_second_chat_on_the_file_does_not_touch_the_live_turn(tmp_path: Path) 
         finally:
             if first.poll() is None:  # pragma: no cover - only when an assertion failed
                 first.kill()
-                first.wait()
+                first.wait(30)
         assert first.returncode == 0, err
         assert "discarded" not in out + err
     finally:
@@ -122,7 +125,7 @@ def _crashed_writer(path: Path) -> None:
     )  # fmt: skip
     try:
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == "acknowledged"
+        assert within(60, child.stdout.readline).strip() == "acknowledged"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)

@@ -34,7 +34,14 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .. import CodecError, ReplayError, StoreError, TurnLedgerError, __version__
+from .. import (
+    CodecError,
+    ContentEncrypted,
+    ReplayError,
+    StoreError,
+    TurnLedgerError,
+    __version__,
+)
 from ._errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -68,6 +75,13 @@ def _logging_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> N
         default=argparse.SUPPRESS if suppress else False,
         help="JSON log lines on stderr",
     )
+    p.add_argument(
+        "--key-file",
+        metavar="PATH",
+        default=argparse.SUPPRESS if suppress else None,
+        help="keys of an encrypted store (ID:BASE64 lines, the current one first; "
+        "or set TURNLEDGER_KEY_FILE or TURNLEDGER_KEYS); see docs/encryption.md",
+    )
 
 
 #: Every command: its module, the function there that adds its parser (and
@@ -94,6 +108,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "erase a session, or every session of a subject, byte for byte"),
     "prune": ("_lifecycle", "add_lifecycle_parsers",
               "erase sessions idle for too long, trim old turns"),
+    "keygen": ("_keys", "add_keys_parsers", "print a new key-encryption key line"),
+    "rekey": ("_keys", "add_keys_parsers",
+              "rewrap an encrypted store's data keys under the current key"),
 }  # fmt: skip
 
 
@@ -167,6 +184,9 @@ def _exit_code(raised: BaseException, secrets: set[str]) -> int:
     if isinstance(exc, StoreError):
         say(f"store error: {exc}")
         return EXIT_STORE
+    if isinstance(exc, ContentEncrypted):
+        say(str(exc))
+        return EXIT_STORE
     if isinstance(exc, CodecError | ReplayError):
         say(f"the log is corrupt: {exc}")
         return EXIT_STORE
@@ -197,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     import trio
 
     from ._logs import CommandLog
+    from ._stores import use_key_file
+
+    use_key_file(args.key_file)
 
     # demo and chat tell a story on a terminal: their log lines wait until
     # it is told (._logs); chat's window line tells the window's facts.

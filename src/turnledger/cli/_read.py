@@ -15,6 +15,7 @@ from .. import UnknownBranch
 from ..adapters.stores import PostgresStore, SessionLease
 from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
 from ..sessions import SessionState, Turn, branch_turns, branches_of, replay, subject_of
+from ..sessions._replay import Item, StateDecoder, fold_items
 from ..timeline import phase_name, session_summary, timeline
 from ._args import at_least, text_arg
 from ._display import fmt_time, print_json, visible
@@ -41,8 +42,10 @@ async def _load(store: EventStore, session: str | None) -> dict[str, list[Stored
 _REPLAY_SLICE = 256
 
 
-def _fold_found(session_id: str, events: list[Event]) -> SessionState | None:
-    return replay(events) if events else None
+def _fold_found(session_id: str, items: list[Item]) -> SessionState | None:
+    # The bulk replay's fold (the state replay() gives, without building
+    # the events of common turns); None: the session has no events.
+    return fold_items(items) if items else None
 
 
 class _UpTo:
@@ -78,7 +81,7 @@ async def _replay_states(store: EventStore, args: argparse.Namespace) -> dict[st
     for i in range(0, len(ids), _REPLAY_SLICE):
         chunk = ids[i : i + _REPLAY_SLICE]
         if args.at is None:
-            states.update(await store.read_decoded_many(chunk, DEFAULT_CODEC, _fold_found))
+            states.update(await store.read_decoded_many(chunk, StateDecoder(), _fold_found))
         else:
             states.update(await store.read_decoded_many(chunk, _UpTo(args.at), _fold_up_to))
     found = {sid: state for sid, state in states.items() if state is not None}

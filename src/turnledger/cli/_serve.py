@@ -55,6 +55,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
     """The :class:`~turnledger.serve.ServeOptions` the command line's options
     describe (all the command line does before :func:`run_serve`)."""
     from ..serve import ServeOptions, ServeSettings
+    from ._stores import command_keys
 
     return ServeOptions(
         db=args.db,
@@ -76,6 +77,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         header_timeout=args.header_timeout,
         retention=_retention(args),
         prune_every=args.prune_every,
+        keys=command_keys(),
+        snapshot_every=args.snapshot_every,
         app=ServeSettings(
             token=_token(args),
             allowed_origins=frozenset(args.allow_origin),  # (run_serve checks them)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Any
 
 from .. import StoreError
 from ..adapters.stores import open_store, store_kind
@@ -12,7 +13,7 @@ from ..events import EventStore
 from ._display import visible
 from ._errors import EXIT_NOT_FOUND, EXIT_STORE, EXIT_USAGE, Exit, display_db
 
-__all__ = ["check_db_path", "open_to_read", "open_to_write"]
+__all__ = ["check_db_path", "command_keys", "open_to_read", "open_to_write", "use_key_file"]
 
 
 def check_db_path(db: str, kind: str) -> None:
@@ -47,8 +48,35 @@ async def open_to_write(db: str) -> EventStore:
     return await _open(db)
 
 
+#: The key file the command line named (``--key-file``), if any.
+_key_file: str | None = None
+
+
+def use_key_file(path: str | None) -> None:
+    """Remember ``--key-file`` for every store the command opens."""
+    global _key_file
+    _key_file = path
+
+
+def command_keys() -> Any:
+    """The key provider of the command (``--key-file``, ``TURNLEDGER_KEY_FILE``
+    or ``TURNLEDGER_KEYS``), or ``None``: a usage error if it cannot be read."""
+    if _key_file is None and not (
+        os.environ.get("TURNLEDGER_KEY_FILE") or os.environ.get("TURNLEDGER_KEYS")
+    ):
+        return None
+    try:
+        from ..adapters.encryption import keys_from_environment
+    except ImportError as exc:
+        raise Exit(EXIT_USAGE, f"encryption needs the cryptography package: {exc}") from exc
+    try:
+        return keys_from_environment(_key_file)
+    except ValueError as exc:
+        raise Exit(EXIT_USAGE, str(exc)) from exc
+
+
 async def _open(db: str, *, read_only: bool = False) -> EventStore:
     try:
-        return await open_store(db, read_only=read_only)
+        return await open_store(db, keys=command_keys(), read_only=read_only)
     except StoreError as exc:
         raise Exit(EXIT_STORE, f"cannot open {visible(display_db(db))}: {exc}") from exc

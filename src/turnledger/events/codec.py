@@ -19,7 +19,7 @@ import attrs
 import cattrs
 from cattrs.strategies import configure_tagged_union
 
-from .._errors import CodecError, UnknownEventTag
+from .._errors import CodecError, ContentEncrypted, UnknownEventTag
 from ._envelope import StoredEvent, envelope
 from ._events import (
     BranchStarted,
@@ -47,6 +47,7 @@ from ._structurers import Declined, Structurer, Unstructurer, structurers, unstr
 
 __all__ = [
     "DEFAULT_CODEC",
+    "ENCRYPTED_FIELD",
     "SCHEMA_VERSIONS",
     "UPCASTERS",
     "WIRE_TAGS",
@@ -92,6 +93,11 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "branch_started": 1,
     "branch_switched": 1,
 }
+
+#: The only field of an encrypted payload (see
+#: :mod:`turnledger.adapters.encryption`): a codec that meets it was given
+#: ciphertext without the key, and says so rather than calling it damage.
+ENCRYPTED_FIELD: Final = "$enc"
 
 _POLICY_TAGS: Final[Mapping[type[Any], str]] = {Ledger: "ledger", Window: "window"}
 
@@ -251,6 +257,10 @@ class EventCodec:
                 return event
             except (Declined, ValueError, TypeError):
                 pass  # let cattrs explain
+        if isinstance(payload, Mapping) and ENCRYPTED_FIELD in payload:
+            raise ContentEncrypted(
+                f"{tag}: the content is encrypted; open the store with its key to read it"
+            )
         cls = _CLASSES.get(tag)
         current = self.versions.get(tag)
         if cls is None or current is None:

@@ -103,7 +103,6 @@ from ..sessions._machine import (
     evolve,
     initial_state,
     is_in_flight,
-    replay,
     request_messages,
 )
 from ..sessions._messages import (
@@ -121,7 +120,7 @@ from ..sessions._messages import (
     Timeout,
     ToolDone,
 )
-from ..sessions._ports import ChatRequest
+from ..sessions._ports import ChatRequest, Completion
 from ..sessions._results import (
     CommittedResult,
     DiscardedResult,
@@ -133,6 +132,7 @@ from ..sessions._tools import Tool, ToolError, ToolInvocation, result_text
 from ._context import Runtime
 from ._log import bind_request_id, get_logger, is_enabled, message_fields, transition_fields
 from ._mailbox import Mailbox
+from ._snapshots import recover_state, write_snapshot
 from ._tickets import Ticket
 
 __all__ = ["EFFECTS", "KEEP_REQUEST_TASK", "Actor", "Item"]
@@ -185,6 +185,7 @@ class _Flight:
         "scope",
         "scopes",
         "tickets",
+        "timed",
         "timed_out",
         "tools_running",
     )
@@ -211,6 +212,8 @@ class _Flight:
         self.ended = False
         #: Its Timeout is on its way to the mailbox (or in the batch).
         self.timed_out = False
+        #: The hub's timers know it (since its first request went out).
+        self.timed = False
         #: Its timer found it expired but the mailbox full: the actor reads
         #: the clock itself before it waits again.
         self.missed = False
@@ -437,19 +440,39 @@ def _fold(
     return (message, ticket, events, state, ())
 
 
+def _request_of(state: Pending | Streaming, request_id: RequestId) -> ChatRequest:
+    """The request the session's state calls for (its current round)."""
+    config = state.config
+    assert config is not None
+    return ChatRequest(
+        request_id,
+        config.model,
+        tuple(request_messages(state)),
+        config.tools,
+        config.tool_choice,
+        state.request.round,
+    )
+
+
 class Actor:
     """One session: its mailbox, its state, its turn in flight."""
 
     __slots__ = (
         "_batch",
         "_debug",
+        "_declined",
         "_ended",
         "_erasing",
         "_flight",
         "_info",
+        "_inline",
         "_log",
         "_received_at",
         "_retry_in",
+        "_snap_busy",
+        "_snap_chars",
+        "_snap_turns",
+        "_snap_version",
         "_start",
         "_stop",
         "_unrecorded",
@@ -475,6 +498,12 @@ class Actor:
         self._flight: _Flight | None = None
         #: The task that runs this actor's requests, once one was sent.
         self._worker: _Worker | None = None
+        #: The messages of a request the provider answered at once
+        #: (:meth:`_answer_at_once`), for the next batch.
+        self._inline: list[Item] | None = None
+        #: A turn's first request the provider could not answer at once
+        #: (:meth:`_answer_ahead`): the request task gets this very one.
+        self._declined: ChatRequest | None = None
         #: Tickets of accepted Submits whose turn has not ended, by request id.
         self._waiting: dict[RequestId, list[Ticket]] = {}
         #: When recent turns ended (trio clock), to time late completions.
@@ -500,6 +529,12 @@ class Actor:
         #: recorded before anything else the session writes.
         self._unrecorded: tuple[RequestId, str, int] | None = None
         self._retry_in = RETRY_FIRST
+        #: Snapshots: the version of the latest one, the committed turns and
+        #: characters since, and whether one is being written.
+        self._snap_version = 0
+        self._snap_turns = 0
+        self._snap_chars = 0
+        self._snap_busy = False
 
     @property
     def logger(self) -> Any:
@@ -615,7 +650,11 @@ class Actor:
                 rt.counters.actor_tasks -= 1
 
     async def _recover(self) -> None:
-        self.state = replay(await self.rt.store.read_decoded(self.session_id, DEFAULT_CODEC))
+        rt = self.rt
+        self.state, self._snap_version = await recover_state(
+            rt.store, self.session_id, rt.snapshots, self._log
+        )
+        self._snap_turns = len(self.state.turns)
         if self.state.config is None:
             rt = self.rt
             start = await rt.windows.start(rt.provider, self._start, rt.config, self._log)
@@ -647,7 +686,16 @@ class Actor:
                 if flight is not None and flight.missed and not flight.timed_out
                 else None
             )
-            if self._unrecorded is not None and (flight is None or detail is None):
+            inline = self._inline
+            if inline is not None:
+                # A request answered at once: its messages come after those
+                # already queued, as a request task's would, with no wait
+                # (the store's append was the batch's checkpoint).
+                self._inline = None
+                batch = mailbox.receive_nowait(MAX_BATCH)
+                batch += inline
+                del inline
+            elif self._unrecorded is not None and (flight is None or detail is None):
                 batch = await self._receive_or_retry()
             elif flight is None or detail is None:
                 batch = await mailbox.receive(MAX_BATCH)
@@ -686,6 +734,10 @@ class Actor:
             # retry with a new actor, which waits until we are stopped.
             rt.routing.stopping(self)
             queued = self.mailbox.receive_nowait(sys.maxsize)
+            if self._inline is not None:
+                # A request answered at once counts as a queued result.
+                queued += self._inline
+        self._inline = None
         self.mailbox.close()
         interrupted, self._batch = self._batch, ()
         try:
@@ -803,17 +855,24 @@ class Actor:
                         await self._discard_conflicted()
                 if self._unrecorded is not None:
                     await self._close_unrecorded()
-                steps, events, state = self._decide(batch, log=attempt == 0)
+                steps, events, state = self._decide(batch, self.state, log=attempt == 0)
+                if rt.answer_now is not None and events:
+                    ahead = self._answer_ahead(rt.answer_now, state, events)
+                    if ahead is not None:
+                        more, events_more, state = self._decide(ahead, state, log=attempt == 0)
+                        steps += more
+                        events = events + events_more
                 decided = events
                 if events:
                     # The store's append awaited here rather than in a method
                     # of its own: one coroutine less per batch.
+                    encoded = self._encode(events)
                     await rt.store.append(
-                        self.session_id,
-                        self._encode(events),
-                        expected_version=self.state.version,
+                        self.session_id, encoded, expected_version=self.state.version
                     )
                     self._appended(len(events))
+                    if rt.snapshots is not None:
+                        self._snapshot_if_due(state, encoded[-1])
             except ConcurrencyConflict as exc:
                 self._log.warning(
                     "append_conflict",
@@ -847,11 +906,12 @@ class Actor:
         )
 
     def _decide(
-        self, batch: Sequence[Item], *, log: bool
+        self, batch: Sequence[Item], state: SessionState, *, log: bool
     ) -> tuple[list[_Step], list[Event], SessionState]:
+        """Decide ``batch`` from ``state`` (the actor's, or the provisional
+        state of the messages decided before in the same batch)."""
         budget = self.rt.budget
         flight = self._flight
-        state = self.state
         steps: list[_Step] = []
         events: list[Event] = []
         debug = log and self._debug
@@ -901,6 +961,37 @@ class Actor:
         # A cancelled append wrote all or nothing: whoever goes on must re-read.
         self._unsynced = True
         return stored
+
+    def _snapshot_if_due(self, state: SessionState, last: StoredEvent) -> None:
+        """Start writing a snapshot of ``state`` (after ``last``) in the
+        background if enough events or committed text came since the last
+        one: the turn does not wait for it (the state is immutable, so it is
+        encoded on a worker thread while the session goes on)."""
+        turns = state.turns
+        for t in turns[self._snap_turns :]:
+            self._snap_chars += len(t.question) + len(t.answer)
+        self._snap_turns = len(turns)
+        config = self.rt.config
+        every, chars = config.snapshot_every, config.snapshot_chars
+        due = (every is not None and state.version - self._snap_version >= every) or (
+            chars is not None and self._snap_chars >= chars
+        )
+        if not due or self._snap_busy:
+            return
+        self._snap_busy = True
+        self._snap_version = state.version
+        self._snap_chars = 0
+        self.rt.nursery.start_soon(self._write_snapshot, state, last.tag, last.recorded_at)
+
+    async def _write_snapshot(self, state: SessionState, tag: str, at: float) -> None:
+        scopes = self.rt.snapshot_scopes
+        with trio.CancelScope() as scope:
+            scopes.add(scope)
+            try:
+                await write_snapshot(self.rt.snapshots, self.session_id, state, tag, at, self._log)
+            finally:
+                scopes.discard(scope)
+                self._snap_busy = False
 
     def _appended(self, count: int) -> None:
         self._unsynced = False
@@ -1100,22 +1191,103 @@ class Actor:
         rt = self.rt
         flight = self._flight
         state = self.state
+        declined, self._declined = self._declined, None
         if flight is not None and not flight.running and isinstance(state, (Pending, Streaming)):
-            config = state.config
-            assert config is not None
-            request = ChatRequest(
-                flight.request_id,
-                config.model,
-                tuple(request_messages(state)),
-                config.tools,
-                config.tool_choice,
-                state.request.round,
-            )
+            round_ = state.request.round
             flight.running = True
+            if not flight.timed:
+                flight.timed = True
+                rt.timers.add(flight)
+            answer_now = rt.answer_now
+            if (
+                declined is not None
+                and declined.request_id == flight.request_id
+                and declined.round == round_
+            ):
+                # Asked before its question was written, and not answered:
+                # the request task sends it (asked once, not twice).
+                request = declined
+            else:
+                request = _request_of(state, flight.request_id)
+                if answer_now is not None:
+                    inline = self._answer_at_once(answer_now, request)
+                    if inline is not None:
+                        self._inline = inline
+                        return
             worker = self._worker
             if worker is None or not worker.give(flight, request):
                 worker = self._worker = _Worker(flight, request)
                 rt.nursery.start_soon(self._work, worker, name="turnledger.request")
+
+    def _answer_ahead(
+        self,
+        answer_now: Callable[[ChatRequest], Completion | None],
+        state: SessionState,
+        events: Sequence[Event],
+    ) -> list[Item] | None:
+        """The answer at once of the turn this batch submits, to decide and
+        append with its question (one append, one batch per turn).
+
+        Only a turn's first request, asked while its question is not yet
+        written: ``answer_now`` has no effect outside the provider (the
+        port says so), so an answer whose question the store then refuses
+        is one nobody saw. Retries and tool rounds go out after the append
+        (:meth:`_send_if_due`). ``None``: no such turn, or no answer at once
+        (the request task then sends this very request).
+        """
+        last = events[-1]
+        if type(last) is not TurnSubmitted or not isinstance(state, Pending):
+            return None
+        rid = last.request_id
+        if state.request.request_id != rid or state.request.round != 0:
+            return None
+        request = _request_of(state, rid)
+        items = self._answer_at_once(answer_now, request)
+        if items is None:
+            self._declined = request
+        return items
+
+    def _answer_at_once(
+        self,
+        answer_now: Callable[[ChatRequest], Completion | None],
+        request: ChatRequest,
+    ) -> list[Item] | None:
+        """Ask the provider to answer ``request`` at once (:class:`AnswersAtOnce`).
+
+        Returns the messages its request task would have sent (the stream
+        began, then the result), or ``None``: the request goes to the
+        request task. Why: a turn through the request task costs the
+        worker's wake-up, its two reports, a second wake-up of the actor
+        and a second append; an answer that needs no wait costs none of them.
+        """
+        rid = request.request_id
+        try:
+            completion = answer_now(request)
+        except ProviderError as exc:
+            reason = exc.reason if exc.reason in DISCARD_REASONS else "provider_error"
+            return [(Failed(rid, Failure(reason, str(exc)), request.round), None)]
+        except Exception as exc:
+            # As from complete(): a provider bug ends the turn, not the hub,
+            # and only the type of its message is kept.
+            self._log.error("request_error", request_id=rid, error=type(exc).__name__)
+            failure = Failure("provider_error", type(exc).__name__)
+            return [(Failed(rid, failure, request.round), None)]
+        if completion is None:
+            return None
+        return [
+            (ResponseStarted(rid, request.round), None),
+            (
+                Completed(
+                    rid,
+                    completion.answer,
+                    completion.finish_reason,
+                    completion.usage,
+                    request.round,
+                    completion.tool_calls,
+                ),
+                None,
+            ),
+        ]
 
     # Each effect below takes ``(message, event, state after the step, now)``:
     # the message the event was decided from (None when it was read back from
@@ -1131,7 +1303,9 @@ class Actor:
             deadline = now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
             flight = self._flight = _Flight(self, ev.request_id, deadline, now)
             flight.tickets = self._waiting.get(ev.request_id, [])
-            self.rt.timers.add(flight)
+            # Timed once its request goes out (_send_if_due), in this same
+            # step: a turn answered at once with its question never is, and
+            # the timers' heap does not keep it alive after it ended.
 
     def _on_tools_requested(
         self, msg: Message | None, ev: ToolCallsRequested, after: SessionState, now: float

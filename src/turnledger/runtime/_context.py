@@ -17,7 +17,7 @@ import trio
 
 from ..events import EventStore
 from ..sessions._messages import Start
-from ..sessions._ports import Provider
+from ..sessions._ports import AnswersAtOnce, ChatRequest, Completion, Provider
 from ..sessions._projection import Budget, TokenEstimator
 from ..sessions._tools import Tool
 from ._timers import Timers
@@ -54,6 +54,10 @@ class Config:
     mailbox_size: int = attrs.field(validator=attrs.validators.ge(1))
     shutdown_grace: float = attrs.field(validator=attrs.validators.gt(0))
     clock: Callable[[], float]
+    #: A snapshot is written after this many events since the last one
+    #: (``None``: never by count), or this many characters of committed text.
+    snapshot_every: int | None = attrs.field(default=1000, validator=_positive_or_none)
+    snapshot_chars: int | None = attrs.field(default=4_000_000, validator=_positive_or_none)
 
     def __attrs_post_init__(self) -> None:
         window, reserve = self.context_window, self.output_reserve
@@ -126,6 +130,12 @@ class Runtime(Generic[A]):
     routing: Routing[A]
     #: The deadline and idle timers of the turns in flight.
     timers: Timers
+    #: Where snapshots of long sessions are kept (``None``: none are).
+    snapshots: Any = None
+    #: The scopes of snapshots being written: on close the hub gives them
+    #: ``shutdown_grace`` seconds, then cancels them (losing one costs a
+    #: longer replay, never an event).
+    snapshot_scopes: set[trio.CancelScope] = attrs.field(factory=set)
     #: Tool functions by name: the hub's, and those given to open_session.
     tools: Mapping[str, Tool] = attrs.field(factory=dict)
     session_tools: dict[str, Mapping[str, Tool]] = attrs.field(factory=dict)
@@ -140,3 +150,14 @@ class Runtime(Generic[A]):
 
     #: What the provider said about each model's window.
     windows: WindowCache = attrs.field(factory=WindowCache)
+    #: The provider's ``answer_now`` (:class:`AnswersAtOnce`), looked up once:
+    #: the actor asks it before it hands a request to its request task.
+    answer_now: Callable[[ChatRequest], Completion | None] | None = attrs.field(
+        init=False,
+        default=attrs.Factory(
+            lambda self: (
+                self.provider.answer_now if isinstance(self.provider, AnswersAtOnce) else None
+            ),
+            takes_self=True,
+        ),
+    )

@@ -36,7 +36,6 @@ from .._errors import (
 )
 from .._loops import require_trio
 from ..events import (
-    DEFAULT_CODEC,
     BranchId,
     Erasure,
     EventStore,
@@ -48,17 +47,19 @@ from ..events import (
 )
 from ..sessions._branches import BranchInfo
 from ..sessions._history import Turn
-from ..sessions._machine import SessionState, branches_of, decide, replay
+from ..sessions._machine import SessionState, branches_of, decide
 from ..sessions._messages import Cancel, Edit, Regenerate, Start, Submit, Switch
 from ..sessions._ports import Provider
 from ..sessions._projection import Budget, CharTokenEstimator, TokenEstimator
 from ..sessions._results import RejectedResult, TurnResult
 from ..sessions._retention import RetentionPolicy, RetentionStep, plan_retention
+from ..sessions._snapshot import SnapshotStore
 from ..sessions._tools import Tool
 from ._actor import KEEP_REQUEST_TASK, Actor, Item
 from ._context import Config, Counters, Runtime
 from ._lifecycle import apply_step, erase_all, log_step, plan_store, sessions_of_subject
 from ._log import get_logger
+from ._snapshots import recover_state
 from ._tickets import Ticket
 from ._timers import Timers
 
@@ -308,6 +309,7 @@ class Hub:
         config: Config,
         tools: Mapping[str, Tool] | None = None,
         retention: RetentionPolicy | None = None,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
         self._nursery = nursery
         self._config = config
@@ -330,6 +332,7 @@ class Hub:
             timers=Timers(config.idle_timeout),
             tools=dict(tools or {}),
             make_room=None if retention is None else self._make_room,
+            snapshots=snapshots,
         )
         self._store = store
         self._janitor_scope = trio.CancelScope()
@@ -537,7 +540,13 @@ class Hub:
         if actor is not None:
             await trio.lowlevel.checkpoint()
             return actor.state
-        return replay(await self._store.read_decoded(session_id, DEFAULT_CODEC))
+        state, _ = await recover_state(
+            self._store,
+            session_id,
+            self._runtime.snapshots,
+            get_logger().bind(session_id=session_id),
+        )
+        return state
 
     async def new_session_start(self) -> Start:
         """What a session created now would record in its ``SessionStarted``:
@@ -692,6 +701,13 @@ class Hub:
             del routes.erasing[session_id]
             gate.set()
 
+    async def _drop_snapshot(self, session_id: str) -> None:
+        # A snapshot holds the session's content: it goes first (losing one
+        # costs a longer replay, never an event), then the events.
+        snapshots = self._runtime.snapshots
+        if snapshots is not None:
+            await snapshots.drop(session_id)
+
     async def erase(self, session_id: str) -> Erasure:
         """Erase the session: every event of it leaves the store, so that it
         reads as unknown everywhere (history, replay, export, search).
@@ -720,6 +736,7 @@ class Hub:
         _check_id("session id", session_id)
         async with self._exclusive(session_id, busy_ok=True):
             with trio.CancelScope(shield=True):
+                await self._drop_snapshot(session_id)
                 record = await self._store.erase(session_id)
         self._runtime.session_tools.pop(session_id, None)
         log_step(session_id, record, "erase")
@@ -796,6 +813,7 @@ class Hub:
                 if fresh is None:
                     continue
                 with trio.CancelScope(shield=True):
+                    await self._drop_snapshot(step.session_id)
                     await apply_step(self._store, fresh)
                 if fresh.action == "erase":
                     self._runtime.session_tools.pop(step.session_id, None)
@@ -849,6 +867,9 @@ class Hub:
         self._timers_scope.cancel()
         for actor in list(self._routes.actors.values()):
             actor.request_stop()
+        grace = trio.current_time() + self._config.shutdown_grace
+        for scope in self._runtime.snapshot_scopes:
+            scope.deadline = min(scope.deadline, grace)
 
 
 @asynccontextmanager
@@ -876,6 +897,9 @@ async def open_hub(
     shutdown_grace: float = 5.0,
     clock: Callable[[], float] = time.time,
     retention: RetentionPolicy | None = None,
+    snapshots: SnapshotStore | None = None,
+    snapshot_every: int | None = 1000,
+    snapshot_chars: int | None = 4_000_000,
 ) -> AsyncIterator[Hub]:
     """Run session actors for ``store`` and ``provider`` while the context is open.
 
@@ -922,6 +946,14 @@ async def open_hub(
         clock: wall clock for events' ``recorded_at`` (injectable for tests).
         retention: the policy :meth:`Hub.prune` applies (each session's own
             applies too); ``None``: only sessions' own.
+        snapshots: where to keep snapshots of long sessions (for example
+            ``await snapshots_beside(db)``, see docs/snapshots.md); an actor
+            then starts from its session's latest snapshot plus the events
+            after it. ``None`` (default): every start replays in full.
+        snapshot_every, snapshot_chars: a snapshot is written, in the
+            background, once this many events or this many characters of
+            committed questions and answers came since the last one
+            (``None`` turns either trigger off).
 
     On exit every actor stops: queued questions are refused with
     :class:`~turnledger.SessionClosed`, queued results are still handled,
@@ -934,6 +966,10 @@ async def open_hub(
     """
     require_trio("open_hub")
     by_name = _by_name(tools)
+    seal = getattr(store, "seal_snapshots", None)
+    if snapshots is not None and seal is not None and not getattr(snapshots, "sealed", False):
+        # An encrypted store's snapshots hold content too: seal them.
+        snapshots = seal(snapshots)
     config = Config(
         start=Start(
             system,
@@ -956,11 +992,15 @@ async def open_hub(
         mailbox_size=mailbox_size,
         shutdown_grace=shutdown_grace,
         clock=clock,
+        snapshot_every=snapshot_every,
+        snapshot_chars=snapshot_chars,
     )
     unwrapped: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            hub = Hub(nursery, store, provider, config, by_name, retention)
+            hub = Hub(
+                nursery, store, provider, config, by_name, retention=retention, snapshots=snapshots
+            )
             try:
                 yield hub
             finally:

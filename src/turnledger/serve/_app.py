@@ -67,7 +67,9 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import (
+    ContentEncrypted,
     DecodeError,
+    EncryptionError,
     InvalidCommand,
     SessionBusy,
     SessionClosed,
@@ -1207,6 +1209,17 @@ def create_app(
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail))
 
+    async def encrypted(request: Request, exc: Exception) -> Response:
+        # Never the ciphertext, never the content: what is wrong, in a word.
+        log.error("http_error", error=type(exc).__name__, path=request.url.path)
+        if isinstance(exc, ContentEncrypted):
+            return _error(
+                503,
+                "content_encrypted",
+                "the content is encrypted: serve has not been given its key",
+            )
+        return _error(500, "encryption", f"the content cannot be opened ({type(exc).__name__})")
+
     async def internal(request: Request, exc: Exception) -> Response:
         log.error("http_error", error=type(exc).__name__, path=request.url.path)
         return _error(500, "internal", "internal error")
@@ -1235,6 +1248,8 @@ def create_app(
         exception_handlers={
             ApiError: api_error,
             HTTPException: http_error,
+            ContentEncrypted: encrypted,
+            EncryptionError: encrypted,
             Exception: internal,
         },
     )

@@ -63,6 +63,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="seconds without a delta before a turn times out (default: "
                    "%(default)s)")  # fmt: skip
+    p.add_argument("--snapshot-every", type=int, default=None, metavar="N",
+                   help="keep snapshots of long sessions (DB.snapshots, or a table for "
+                   "PostgreSQL), one every N events, to reopen from (default: none)")  # fmt: skip
     p.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
                    help="on SIGTERM, how long turns in flight may take to end")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=1_048_576, metavar="N",
@@ -153,6 +156,12 @@ class ServeOptions:
     #: applied at start and every ``prune_every`` seconds.
     retention: RetentionPolicy | None = None
     prune_every: float = 3600.0
+    #: The keys of an encrypted store (a ``KeyProvider``, see docs/encryption.md);
+    #: ``None``: a plain store (an encrypted one then answers 503).
+    keys: Any = None
+    #: Keep snapshots of long sessions beside the store, one every this many
+    #: events (see docs/snapshots.md); ``None``: none.
+    snapshot_every: int | None = None
     #: What the application needs besides the hub and the store.
     app: ServeSettings = attrs.field(factory=_app_settings)
 
@@ -301,12 +310,17 @@ async def run_serve(
         sock = _bind(options.host, options.port)
         host, port = sock.getsockname()[:2]
         try:
-            store = await open_store(options.db)
+            store = await open_store(options.db, keys=options.keys)
         except BaseException:
             sock.close()
             await client.aclose()
             raise
+        snapshots = None
         try:
+            if options.snapshot_every is not None:
+                from ..adapters.stores import snapshots_beside
+
+                snapshots = await snapshots_beside(options.db)
             async with client, provider, trio.open_nursery() as nursery:
                 stop = trio.Event()
 
@@ -360,6 +374,8 @@ async def run_serve(
                     turn_deadline=options.turn_deadline,
                     idle_timeout=options.idle_timeout,
                     retention=options.retention,
+                    snapshots=snapshots,
+                    snapshot_every=options.snapshot_every,
                 ) as hub:
                     app = create_app(hub, store, settings, nursery=nursery, stopping=stop)
                     pruning = trio.CancelScope()
@@ -386,6 +402,8 @@ async def run_serve(
                 await served.wait()
                 nursery.cancel_scope.cancel()
         finally:
+            if snapshots is not None:
+                await snapshots.aclose()
             await store.aclose()
             sock.close()  # closed already if the listener ran; closing again is harmless
     return 0

@@ -77,7 +77,15 @@ from ._messages import (
     Timeout,
     ToolDone,
 )
-from ._ports import ChatRequest, Completion, DescribesModels, ModelInfo, Provider, StreamSink
+from ._ports import (
+    AnswersAtOnce,
+    ChatRequest,
+    Completion,
+    DescribesModels,
+    ModelInfo,
+    Provider,
+    StreamSink,
+)
 from ._projection import (
     Budget,
     CharTokenEstimator,
@@ -107,6 +115,7 @@ __all__ = [
     "EVENT_TRANSITIONS",
     "MAX_TOOL_RESULT_BYTES",
     "TRANSITIONS",
+    "AnswersAtOnce",
     "AwaitingTools",
     "Branch",
     "BranchInfo",

@@ -13,7 +13,13 @@ from ..events import Usage
 from ._phases import IN_FLIGHT, SessionState
 from ._projection import Budget
 
-__all__ = ["calibrated", "cap_after_overflow", "looks_like_overflow", "prompt_token_cap"]
+__all__ = [
+    "calibrated",
+    "calibration_after",
+    "cap_after_overflow",
+    "looks_like_overflow",
+    "prompt_token_cap",
+]
 
 #: Bounds of the calibration ratio (actual / estimated prompt tokens): a
 #: server reporting absurd usage must not shrink the budget to nothing.
@@ -61,9 +67,16 @@ def calibrated(state: SessionState, usage: Usage | None) -> tuple[int, int] | No
     the larger of the ratios seen, reported over estimated prompt tokens,
     kept within ``1/_MAX_RATIO`` and ``_MAX_RATIO``."""
     assert isinstance(state, IN_FLIGHT)
-    estimated = state.request.estimated_prompt_tokens
     reported = usage.prompt_tokens if usage is not None else None
-    current = state.calibration
+    return calibration_after(state.calibration, state.request.estimated_prompt_tokens, reported)
+
+
+def calibration_after(
+    current: tuple[int, int] | None, estimated: int | None, reported: int | None
+) -> tuple[int, int] | None:
+    """:func:`calibrated` on plain values: the calibration ``current``
+    becomes once a request estimated at ``estimated`` prompt tokens
+    committed with ``reported`` prompt tokens (the replay fold's form)."""
     if not estimated or not reported or reported < 0:
         return current
     ratio = (reported, estimated)

@@ -136,6 +136,18 @@ class History(_Shared[Turn], Sequence[Turn]):
             raise IndexError("history length out of range")
         return History._view(self._items, n, self._prefix)
 
+    def extend(self, turns: Sequence[Turn]) -> History:
+        """A new history with ``turns`` at the end: what appending each in
+        turn gives, with one view built instead of one per turn (the
+        replay fold's form)."""
+        if not turns:
+            return self
+        shared = len(self._items) == self._n
+        items = self._items if shared else self._items[: self._n]
+        items.extend(turns)
+        prefix = self._prefix if shared else {k: v[: self._n + 1] for k, v in self._prefix.items()}
+        return History._view(items, self._n + len(turns), prefix)
+
     @overload
     def __getitem__(self, index: int) -> Turn: ...
     @overload
@@ -227,6 +239,32 @@ class Endings(_Shared[tuple[RequestId, Ending]]):
         new = Endings.__new__(Endings)
         new._items = items
         new._n = self._n + 1
+        new._index = index
+        return new
+
+    def record_all(self, endings: Sequence[tuple[RequestId, Ending]]) -> Endings:
+        """What :meth:`record` of each pair in turn gives, with one object
+        built instead of one per pair (the replay fold's form).
+
+        Raises:
+            ValueError: a request id already ended (or repeats in ``endings``).
+        """
+        if not endings:
+            return self
+        for request_id, _ in endings:
+            if self.get(request_id) is not None:
+                raise ValueError(f"request {request_id!r} already ended")
+        if len({rid for rid, _ in endings}) != len(endings):
+            raise ValueError("a request id repeats")
+        shared = len(self._items) == self._n
+        items = self._items if shared else self._items[: self._n]
+        index = self._index if shared else {rid: i for i, (rid, _) in enumerate(items)}
+        for i, pair in enumerate(endings, self._n):
+            index[pair[0]] = i
+        items.extend(endings)
+        new = Endings.__new__(Endings)
+        new._items = items
+        new._n = self._n + len(endings)
         new._index = index
         return new
 

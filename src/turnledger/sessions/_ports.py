@@ -14,7 +14,15 @@ import attrs
 from ..events import RequestId, ToolCall, ToolSpec, Usage, WindowSource
 from ._request import ChatMessage, RequestEncoder
 
-__all__ = ["ChatRequest", "Completion", "DescribesModels", "ModelInfo", "Provider", "StreamSink"]
+__all__ = [
+    "AnswersAtOnce",
+    "ChatRequest",
+    "Completion",
+    "DescribesModels",
+    "ModelInfo",
+    "Provider",
+    "StreamSink",
+]
 
 
 @attrs.frozen
@@ -77,6 +85,32 @@ class Provider(Protocol):
 
         Cancellation: cancelling closes the HTTP response and the connection
         it used; no result is reported.
+        """
+        ...
+
+
+@runtime_checkable
+class AnswersAtOnce(Protocol):
+    """The optional part of the port: a provider that can answer some
+    requests without waiting for anything (a canned or cached answer, a
+    test double).
+
+    The hub asks it first, from the session's own task, for every request it
+    sends: a completion is recorded as a stream that began and ended at once
+    (the same events ``complete`` would have caused, without the request
+    task's round trip, about half a turn's scheduling); ``None`` sends the
+    request through :meth:`Provider.complete` as usual.
+    """
+
+    def answer_now(self, request: ChatRequest) -> Completion | None:
+        """The completion of ``request`` if it needs no wait, else ``None``.
+
+        Must not block or wait for I/O (it is not a coroutine: it runs
+        inside the session's turn) and must not stream: an answer with
+        preview text goes through :meth:`Provider.complete`.
+
+        Raises:
+            ProviderError: the request failed, as from ``complete``.
         """
         ...
 

@@ -301,23 +301,51 @@ def naive_plan(
 ) -> Plan:
     """The reference: drop the oldest whole turn and re-serialize until it fits.
 
-    Quadratic; kept for tests and benchmarks only.
+    Quadratic; kept for tests and benchmarks only. It shares nothing with
+    :func:`plan` but the encoder and the estimator it is given: the messages
+    are built here from the plain turns (not by ``build_messages``, not from
+    the history's caches), every request is serialized whole and its bytes
+    counted, and its tokens are the estimator's for each message of it.
     """
     enc = budget.encoder
     est = budget.estimator
-    n = len(turns)
-    mandatory = _mandatory(system, question)
-    mandatory_bytes = len(enc.encode(model, mandatory, tools, tool_choice))
-    extra_tokens = est.request_tokens + tools_tokens(est, tools)
-    mandatory_tokens = extra_tokens + sum(est.message_tokens(m) for m in mandatory)
+    plain = list(turns)
+    n = len(plain)
     limit = budget.max_request_bytes
     max_tokens = budget.max_prompt_tokens
-    for start in range(context_start, n + 1):
-        messages = build_messages(system, turns, n - start, question)
+    tool_tokens = est.message_tokens(ChatMessage("system", tool_definitions(tools))) if tools else 0
+
+    def measure(sent: list[Turn]) -> tuple[int, int]:
+        messages = _naive_messages(system, sent, question)
         size = len(enc.encode(model, messages, tools, tool_choice))
-        tokens = extra_tokens + sum(est.message_tokens(m) for m in messages)
+        tokens = est.request_tokens + tool_tokens + sum(est.message_tokens(m) for m in messages)
+        return size, tokens
+
+    mandatory_bytes, mandatory_tokens = measure([])
+    for start in range(context_start, n + 1):
+        size, tokens = measure(plain[start:])
         if (limit is None or size <= limit) and (max_tokens is None or tokens <= max_tokens):
             return Plan(
                 n - start, start - context_start, size, mandatory_bytes, mandatory_tokens, tokens
             )
     return Plan(0, n - context_start, -1, mandatory_bytes, mandatory_tokens, -1)
+
+
+def _naive_messages(system: str, sent: list[Turn], question: str) -> list[ChatMessage]:
+    """The messages of a request, written out for :func:`naive_plan`: the
+    system prompt if any; each turn's question, its rounds (the assistant's
+    calls, then each call's result in the order of the calls) and answer;
+    the question."""
+    out = [ChatMessage("system", system)] if system else []
+    for t in sent:
+        out.append(ChatMessage("user", t.question))
+        for r in t.rounds:
+            out.append(ChatMessage("assistant", r.content, r.calls))
+            for call in r.calls:
+                (result,) = [x for x in r.results if x.call_id == call.call_id]
+                out.append(
+                    ChatMessage("tool", result.content, tool_call_id=call.call_id, name=call.name)
+                )
+        out.append(ChatMessage("assistant", t.answer))
+    out.append(ChatMessage("user", question))
+    return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -45,6 +46,8 @@ class TrialResult:
     committed: int
     recovered_in_flight: int
     killed_after: float
+    #: ``(session id, request id)`` of every commit the child reported.
+    reported_ids: tuple[tuple[str, str], ...] = ()
 
 
 def _script(request: object) -> list[object]:
@@ -80,9 +83,30 @@ async def _child(url: str) -> None:
             nursery.start_soon(session, hub, f"s{i}")
 
 
-def run_trial(url: str, *, rng: random.Random, max_delay: float = 0.5) -> TrialResult:
-    """One trial: start the child, wait for its first commit, SIGKILL it after a
-    random further delay (up to ``max_delay`` seconds), then check the store."""
+def _first_line(child: subprocess.Popen[bytes], timeout: float) -> bytes:
+    """The child's first stdout line; ``b""`` if it exits or says nothing
+    within ``timeout`` s (a stuck child must not hang the trial)."""
+    assert child.stdout is not None
+    fd = child.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return b""
+        chunk = os.read(fd, 1)
+        if not chunk:
+            return b""
+        line += chunk
+    return line
+
+
+def run_trial(
+    url: str, *, rng: random.Random, max_delay: float = 0.5, first_commit_within: float = 60.0
+) -> TrialResult:
+    """One trial: start the child, wait for its first commit (at most
+    ``first_commit_within`` seconds), SIGKILL it after a random further delay
+    (up to ``max_delay`` seconds), then check the store."""
     child = subprocess.Popen(
         [sys.executable, "-m", "turnledger.testing._crash", url],
         stdout=subprocess.PIPE,
@@ -90,8 +114,7 @@ def run_trial(url: str, *, rng: random.Random, max_delay: float = 0.5) -> TrialR
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     # Wait until the child has committed at least once, then a random while.
-    assert child.stdout is not None
-    first = child.stdout.readline()
+    first = _first_line(child, first_commit_within)
     delay = rng.uniform(0.0, max_delay)
     time.sleep(delay)
     child.send_signal(signal.SIGKILL)
@@ -103,7 +126,8 @@ def run_trial(url: str, *, rng: random.Random, max_delay: float = 0.5) -> TrialR
     # A line cut by the kill is not a report.
     reported = [r for r in reported if len(r) == 2]
     events, committed, recovered = trio.run(check_store, url, reported)
-    return TrialResult(len(reported), events, committed, recovered, delay)
+    ids = tuple((sid, rid) for sid, rid in reported)
+    return TrialResult(len(reported), events, committed, recovered, delay, ids)
 
 
 async def check_store(url: str, reported: Sequence[tuple[str, ...]]) -> tuple[int, int, int]:

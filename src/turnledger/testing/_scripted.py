@@ -135,6 +135,10 @@ class ScriptedProvider:
         steered: read each request's steps from :meth:`steer` instead.
         encoder: the request encoder budgets are measured with
             (default :class:`~turnledger.sessions.JsonChatEncoder`).
+        at_once: answer scripts without a wait (a ``Finish`` or a ``Fail``
+            after ``Begin`` steps) from :meth:`answer_now`, without a
+            request task, as :meth:`instant` does; off, every request goes
+            through :meth:`complete`.
     """
 
     def __init__(
@@ -143,7 +147,11 @@ class ScriptedProvider:
         *,
         steered: bool = False,
         encoder: RequestEncoder | None = None,
+        at_once: bool = False,
     ) -> None:
+        if steered and at_once:
+            raise ValueError("a steered provider cannot answer at once")
+        self._at_once = at_once
         self._script: Script = echo_script if script is None else script
         self._steered = steered
         self._encoder: RequestEncoder = JsonChatEncoder() if encoder is None else encoder
@@ -158,16 +166,45 @@ class ScriptedProvider:
         self.cancelled: list[RequestId] = []
         #: ``complete()`` calls in progress.
         self.open = 0
+        #: The last request answer_now() left to complete(), and its steps.
+        self._asked: tuple[ChatRequest, Iterable[Step] | AsyncIterable[Step]] | None = None
 
     @classmethod
     def instant(cls, answer: str = "ok") -> ScriptedProvider:
-        """Answers ``answer`` at once (one ``started()``, no deltas)."""
+        """Answers ``answer`` at once, from :meth:`answer_now` (the turn's
+        events are those of one ``started()`` and no deltas)."""
         steps = (Finish(answer),)
-        return cls(lambda _request: steps)
+        return cls(lambda _request: steps, at_once=True)
 
     @property
     def encoder(self) -> RequestEncoder:
         return self._encoder
+
+    def answer_now(self, request: ChatRequest) -> Completion | None:
+        """With ``at_once``, answer at once a script that is a list or tuple
+        of a ``Finish`` or a ``Fail``, after ``Begin`` steps if any: the hub
+        then records the turn without running ``complete()``
+        (:class:`~turnledger.sessions.AnswersAtOnce`). ``None`` for every
+        other script, which :meth:`complete` plays, and always without
+        ``at_once``."""
+        if not self._at_once:
+            return None
+        steps = self._script(request)
+        if type(steps) is list or type(steps) is tuple:
+            for step in steps:
+                if isinstance(step, Begin):
+                    continue
+                if not isinstance(step, (Finish, Fail)):
+                    break
+                # Recorded as complete() records a request that it answered.
+                self.requests.append(request)
+                self.closed.append(request.request_id)
+                if isinstance(step, Fail):
+                    raise ProviderError(step.detail or step.reason, reason=step.reason)
+                return _answer(step, None)
+        # complete() plays these very steps: a script is called once per request.
+        self._asked = (request, steps)
+        return None
 
     def steer(self, request_id: str) -> trio.MemorySendChannel[Step]:
         """The channel feeding request ``request_id`` (``steered=True``).
@@ -191,7 +228,12 @@ class ScriptedProvider:
                 self.steer(rid)
                 steps: Iterable[Step] | AsyncIterable[Step] = self._channels[rid][1]
             else:
-                steps = self._script(request)
+                asked = self._asked
+                if asked is not None and asked[0] is request:
+                    self._asked = None
+                    steps = asked[1]
+                else:
+                    steps = self._script(request)
             if type(steps) is list or type(steps) is tuple:
                 # The usual script, walked here as ``for`` would walk it but
                 # without an iterator, and without a _Run (what the steps so

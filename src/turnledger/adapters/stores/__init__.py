@@ -9,15 +9,20 @@ from ._open import open_store, store_kind
 from .journal import JournalStore
 from .memory import MemoryStore
 from .postgres import PostgresStore, SessionLease
+from .snapshots import MemorySnapshots, PostgresSnapshots, SQLiteSnapshots, snapshots_beside
 from .sqlite import SQLiteStats, SQLiteStore
 
 __all__ = [
     "JournalStore",
+    "MemorySnapshots",
     "MemoryStore",
+    "PostgresSnapshots",
     "PostgresStore",
+    "SQLiteSnapshots",
     "SQLiteStats",
     "SQLiteStore",
     "SessionLease",
     "open_store",
+    "snapshots_beside",
     "store_kind",
 ]

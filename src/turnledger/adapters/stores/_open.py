@@ -8,7 +8,7 @@ from typing import Any
 
 from ...events import EventStore
 
-__all__ = ["open_store", "store_kind"]
+__all__ = ["default_keyring", "open_store", "store_kind"]
 
 #: One ``keyword = value`` pair of a libpq connection string: the value is
 #: single-quoted (with backslash escapes) or a run of non-blank characters.
@@ -45,16 +45,66 @@ def store_kind(url_or_path: str | os.PathLike[str]) -> str:
     return "sqlite"
 
 
-async def open_store(url_or_path: str | os.PathLike[str], **options: Any) -> EventStore:
+def default_keyring(url_or_path: str | os.PathLike[str]) -> str:
+    """Where an encrypted store keeps its data keys unless told otherwise:
+    ``<file>.keys`` beside a SQLite database or a journal; the same
+    PostgreSQL database (table ``turnledger_data_keys``) for PostgreSQL."""
+    text = os.fspath(url_or_path)
+    return text if store_kind(url_or_path) == "postgres" else text + ".keys"
+
+
+async def open_store(
+    url_or_path: str | os.PathLike[str],
+    *,
+    keys: Any = None,
+    keyring: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> EventStore:
     """Open the store ``url_or_path`` names (see :func:`store_kind`).
 
     ``options`` go to the store's ``open``: for example ``read_only=True`` or
     ``max_bytes=`` for a journal, ``synchronous=`` for SQLite, ``schema=`` for
     PostgreSQL.
 
+    Encryption at rest (docs/encryption.md): with ``keys`` (a
+    :class:`~turnledger.adapters.encryption.KeyProvider`) every payload is
+    sealed; the data keys live in ``keyring`` (a SQLite file path or a
+    PostgreSQL DSN; default :func:`default_keyring`). Without ``keys``, a
+    store whose key ring file exists opens *locked*: sessions are listed,
+    content is refused as encrypted.
+
     Raises:
+        WrongKey: the provider's current key does not open the data keys
+            wrapped under its id (nothing was written).
         StoreError: the store cannot be opened (see each store's ``open``).
     """
+    ring_at = os.fspath(keyring) if keyring is not None else default_keyring(url_or_path)
+    locked = keys is None and store_kind(ring_at) != "postgres" and os.path.exists(ring_at)
+    store = await _open_plain(url_or_path, **options)
+    if keys is None and not locked:
+        return store
+    from ..encryption import EncryptedStore, PostgresKeyRing, SQLiteKeyRing
+
+    if keys is None:
+        return EncryptedStore(store, None, None)
+    try:
+        if store_kind(ring_at) == "postgres":
+            ring: Any = await PostgresKeyRing.open(ring_at, schema=options.get("schema"))
+        else:
+            ring = await SQLiteKeyRing.open(ring_at, create=not options.get("read_only", False))
+    except BaseException:
+        await store.aclose()
+        raise
+    encrypted = EncryptedStore(store, ring, keys)
+    try:
+        await encrypted.check_keys()
+    except BaseException:
+        await encrypted.aclose()
+        raise
+    return encrypted
+
+
+async def _open_plain(url_or_path: str | os.PathLike[str], **options: Any) -> EventStore:
     kind = store_kind(url_or_path)
     if kind == "postgres":
         from .postgres import PostgresStore
