@@ -22,10 +22,18 @@ delta (user + system time of its process, from /proc) is compared with the
 bare endpoint's.
 
     python benchmarks/serve.py [--clients N] [--deltas D] [--rounds R] [--variants ...]
+    python benchmarks/serve.py --rounds 3 --variants bare,serve-before,serve --before /tmp/main/src
+
+``--before SRC`` (with the variant ``serve-before``) runs the same
+``turnledger serve`` command from another source tree (``git archive main
+src | tar -x -C /tmp/main``), with that tree's defaults, against the same
+model server and clients, so a change is measured against the code before
+it in the same run. Where the time of a burst goes: ``profile_burst.md``.
 
 Prints, per variant, the median over rounds of: turns/s, p50/p99 time to
 first delta, CPU µs per delta, and the probes answered in time (all rounds)
-with the slowest; then the CPU ratio serve/bare (goal: ≤ 2×).
+with the slowest; then the CPU ratios to bare (goal: at most 1×) and, with
+serve-before, the time-to-first-delta ratios serve/serve-before.
 """
 
 from __future__ import annotations
