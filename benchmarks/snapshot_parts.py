@@ -6,13 +6,15 @@ by part, against the full replay it replaces, in the same run.
 The session of ``benchmarks/snapshots.py`` (``--turns`` committed turns,
 default 10,000; a 100-character question and a 600-character answer each),
 in a fresh SQLite store, with its snapshot taken 10 turns before the end.
-Each part is timed ``--rounds`` times (default 7), wall clock, and printed
-as its median and as the share of the full replay's median that it costs:
+Each round times every part once, in turn (so the machine's load weighs
+on all alike), ``--rounds`` rounds (default 7), wall clock; each part is
+printed as its median and its share of the full replay's median:
 
 - ``full replay``  ``replay(await store.read_decoded(sid, DEFAULT_CODEC))``
 - ``read body``    ``SQLiteSnapshots.latest``: the snapshot's bytes, from its file
 - ``checksum``     SHA-256 of the body (``load_snapshot`` checks it first)
-- ``parse``        ``orjson.loads`` of the body
+- ``parse``        ``orjson.loads`` of the body (without the cyclic collector,
+                   as ``load_snapshot`` does it)
 - ``build``        the state from the parsed body (turns, endings, settings)
 - ``tail``         the events after the snapshot, read and folded
 - ``reopen``       ``recover_state``: all of the above, as an actor does it
@@ -58,15 +60,6 @@ class _Quiet:
         pass
 
 
-async def _median(rounds: int, fn: Callable[[], Awaitable[object]]) -> float:
-    times: list[float] = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        await fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 async def run(args: argparse.Namespace, where: str) -> None:
     store = await open_store(where)
     snaps = await snapshots_beside(where)
@@ -93,7 +86,11 @@ async def run(args: argparse.Namespace, where: str) -> None:
             return hashlib.sha256(body).hexdigest()
 
         async def parse() -> object:
-            return orjson.loads(body)
+            gc.disable()  # as load_snapshot does
+            try:
+                return orjson.loads(body)
+            finally:
+                gc.enable()
 
         doc = orjson.loads(body)
 
@@ -111,20 +108,28 @@ async def run(args: argparse.Namespace, where: str) -> None:
         async def reopen() -> object:
             return await recover_state(store, SID, snaps, _Quiet())
 
-        base = await _median(args.rounds, full)
-        print(f"sqlite: {args.turns} turns ({len(events)} events), snapshot "
-              f"{len(body) / 1e6:.1f} MB after event {snap.version}, "
-              f"{args.rounds} rounds, wall-clock medians")  # fmt: skip
-        print(f"  {'full replay':12} {1e3 * base:8.1f} ms   budget for 20x: {50 * base:.1f} ms")
-        for name, fn in (
+        parts: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            ("full replay", full),
             ("read body", read_body),
             ("checksum", checksum),
             ("parse", parse),
             ("build", build),
             ("tail", tail),
             ("reopen", reopen),
-        ):
-            t = await _median(args.rounds, fn)
+        ]
+        times: dict[str, list[float]] = {name: [] for name, _ in parts}
+        for _ in range(args.rounds):  # each round times every part: load hits all alike
+            for name, fn in parts:
+                t0 = time.perf_counter()
+                await fn()
+                times[name].append(time.perf_counter() - t0)
+        base = statistics.median(times["full replay"])
+        print(f"sqlite: {args.turns} turns ({len(events)} events), snapshot "
+              f"{len(body) / 1e6:.1f} MB after event {snap.version}, "
+              f"{args.rounds} rounds, wall-clock medians")  # fmt: skip
+        print(f"  {'full replay':12} {1e3 * base:8.1f} ms   budget for 20x: {50 * base:.1f} ms")
+        for name, _ in parts[1:]:
+            t = statistics.median(times[name])
             print(f"  {name:12} {1e3 * t:8.1f} ms   {100 * t / base:5.1f}% of full replay "
                   f"({base / t:6.1f}x)")  # fmt: skip
     finally:
