@@ -487,9 +487,15 @@ async def test_a_store_sealed_as_hex_text_still_reads(tmp_path: Path) -> None:
     db = tmp_path / "sealed.db"
     db.write_bytes((FIXTURES / "sealed_806c8e7.db").read_bytes())
     Path(f"{db}.keys").write_bytes((FIXTURES / "sealed_806c8e7.db.keys").read_bytes())
-    events = canary_events()
-    plain = sample_events()
+    written = json.loads((FIXTURES / "sealed_806c8e7.expected.json").read_text("utf-8"))
+    old = {  # the events as this release decodes them (upcast if need be)
+        sid: [DEFAULT_CODEC.from_payload(tag, v, payload) for _, tag, v, payload in rows]
+        for sid, rows in written.items()
+    }
+    events, plain = old["old-a"], old["old-b"]
     n = len(events)
+    assert n >= 10 and len(plain) == n
+    assert sum(CANARY in repr(e) for e in events) >= 8
     assert payload_kinds(db) == {
         s: [(i, "text") for i in range(1, n + 1)] for s in ("old-a", "old-b")
     }
@@ -499,7 +505,9 @@ async def test_a_store_sealed_as_hex_text_still_reads(tmp_path: Path) -> None:
         try:
             assert await store.read_decoded("old-a", DEFAULT_CODEC) == events
             assert await store.read_decoded("old-b", DEFAULT_CODEC) == plain
-            assert [DEFAULT_CODEC.decode(e) for e in await store.read("old-a")] == events
+            opened = await store.read("old-a")
+            assert [[e.seq, e.tag, e.schema_version, e.payload] for e in opened] == written["old-a"]
+            assert [DEFAULT_CODEC.decode(e) for e in opened] == events
             feed = await store.read_all()
             assert [DEFAULT_CODEC.decode(e) for e in feed] == events + plain
             # New rows: sealed as bytes, after the old ones, in the same session.
