@@ -346,3 +346,36 @@ def test_asyncio_code_erases_and_prunes(tmp_path: Path) -> None:
 
     events, hashes, steps, turns = asyncio.run(main())
     assert events == 1 and len(hashes) == 1 and steps == 1 and turns == 1
+
+
+def test_snapshots_are_given_as_an_opener_and_closed_on_the_trio_side() -> None:
+    from turnledger.adapters.stores import MemorySnapshots
+
+    opened: list[MemorySnapshots] = []
+    closed: list[bool] = []
+
+    class Watched(MemorySnapshots):
+        async def aclose(self) -> None:
+            closed.append(True)
+            await super().aclose()
+
+    def opener() -> MemorySnapshots:
+        trio.lowlevel.current_trio_token()  # raises unless called on the trio side
+        opened.append(Watched())
+        return opened[-1]
+
+    async def main() -> None:
+        async with aio.open_hub(
+            MemoryStore(), ScriptedProvider(), model="m", snapshots=opener, snapshot_every=1
+        ) as hub:
+            for i in range(3):
+                await (await hub.submit("s", f"q{i}")).outcome()
+            # Snapshots are written in the background (guest mode: one thread).
+            for _ in range(500):
+                if "s" in opened[0].kept:
+                    break
+                await asyncio.sleep(0.01)
+            assert "s" in opened[0].kept
+
+    asyncio.run(main())
+    assert len(opened) == 1 and closed == [True]

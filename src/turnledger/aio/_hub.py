@@ -30,6 +30,7 @@ from ..sessions import (
     TurnResult,
 )
 from ..sessions import open_hub as _trio_open_hub
+from ..sessions._snapshot import SnapshotStore
 
 __all__ = ["Hub", "Opener", "TurnHandle", "open_hub"]
 
@@ -434,6 +435,7 @@ class _Run:
         async with contextlib.AsyncExitStack() as stack:
             opened_store = await _opened(stack, store)
             opened_provider = await _opened(stack, provider)
+            options = {**options, "snapshots": await _opened(stack, options.get("snapshots"))}
             async with trio.open_nursery() as calls:
                 async with _trio_open_hub(opened_store, opened_provider, **options) as hub:
                     self.bridge = _Bridge(self.loop, self.token, calls)
@@ -520,6 +522,9 @@ async def open_hub(
     shutdown_grace: float = 5.0,
     clock: Callable[[], float] = time.time,
     retention: RetentionPolicy | None = None,
+    snapshots: Opener[SnapshotStore] | None = None,
+    snapshot_every: int | None = 1000,
+    snapshot_chars: int | None = 4_000_000,
 ) -> AsyncIterator[Hub]:
     """Run the session hub on the running asyncio loop while the context is open.
 
@@ -533,7 +538,9 @@ async def open_hub(
             ``max_request_bytes``, ``context_window``, ``turn_deadline``,
             ``idle_timeout``, ``shutdown_grace``, ``retention``, ...); a test checks that
             the two signatures agree, so a type checker catches a
-            misspelt option here as it does there.
+            misspelt option here as it does there. ``snapshots``, like
+            ``store``, may be an opener (``lambda: snapshots_beside(db)``),
+            called and closed on the trio side.
 
     Raises:
         WrongEventLoop: called from trio (use :func:`turnledger.sessions.open_hub`).
@@ -569,6 +576,9 @@ async def open_hub(
         "shutdown_grace": shutdown_grace,
         "clock": clock,
         "retention": retention,
+        "snapshots": snapshots,
+        "snapshot_every": snapshot_every,
+        "snapshot_chars": snapshot_chars,
     }
     require_asyncio("open_hub")
     loop = asyncio.get_running_loop()

@@ -14,8 +14,15 @@ import attrs
 from .. import UnknownBranch
 from ..adapters.stores import PostgresStore, SessionLease
 from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
-from ..sessions import SessionState, Turn, branch_turns, branches_of, replay, subject_of
-from ..sessions._replay import Item, StateDecoder, fold_items
+from ..sessions import (
+    SessionState,
+    Turn,
+    branch_turns,
+    branches_of,
+    replay,
+    replay_sessions,
+    subject_of,
+)
 from ..timeline import phase_name, session_summary, timeline
 from ._args import at_least, text_arg
 from ._display import fmt_time, print_json, visible
@@ -40,12 +47,6 @@ async def _load(store: EventStore, session: str | None) -> dict[str, list[Stored
 
 #: Sessions per bulk read in ``replay`` (bounds what one read holds).
 _REPLAY_SLICE = 256
-
-
-def _fold_found(session_id: str, items: list[Item]) -> SessionState | None:
-    # The bulk replay's fold (the state replay() gives, without building
-    # the events of common turns); None: the session has no events.
-    return fold_items(items) if items else None
 
 
 class _UpTo:
@@ -81,7 +82,11 @@ async def _replay_states(store: EventStore, args: argparse.Namespace) -> dict[st
     for i in range(0, len(ids), _REPLAY_SLICE):
         chunk = ids[i : i + _REPLAY_SLICE]
         if args.at is None:
-            states.update(await store.read_decoded_many(chunk, StateDecoder(), _fold_found))
+            # The bulk replay's fold (the state replay() gives, without
+            # building the events of common turns); a session without
+            # events has the initial state (version 0): not found.
+            replayed = await replay_sessions(store, chunk)
+            states.update({sid: s if s.version else None for sid, s in replayed.items()})
         else:
             states.update(await store.read_decoded_many(chunk, _UpTo(args.at), _fold_up_to))
     found = {sid: state for sid, state in states.items() if state is not None}
