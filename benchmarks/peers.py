@@ -267,9 +267,13 @@ async def _lg_open(path: Path) -> tuple[Any, Any, Pragmas]:
     await conn.execute("PRAGMA journal_mode=WAL")
     await conn.execute("PRAGMA synchronous=FULL")
     async with conn.execute("PRAGMA journal_mode") as cur:
-        mode = (await cur.fetchone())[0]  # type: ignore[index]
+        row = await cur.fetchone()
+        assert row is not None
+        mode = row[0]
     async with conn.execute("PRAGMA synchronous") as cur:
-        sync = (await cur.fetchone())[0]  # type: ignore[index]
+        row = await cur.fetchone()
+        assert row is not None
+        sync = row[0]
     saver = AsyncSqliteSaver(conn)
     await saver.setup()
     model = FakeMessagesListChatModel(responses=[AIMessage(content=ANSWER)])
