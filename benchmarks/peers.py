@@ -141,7 +141,9 @@ def _full_sync_session_class() -> Any:
         conn.execute("PRAGMA synchronous=FULL")
 
     return type(
-        "FullSyncSQLiteSession", (SQLiteSession,), {"_configure_connection": staticmethod(configure)}
+        "FullSyncSQLiteSession",
+        (SQLiteSession,),
+        {"_configure_connection": staticmethod(configure)},
     )
 
 
@@ -333,7 +335,7 @@ def lg_read(path: Path, sids: list[str], turns: int) -> None:
     messages = asyncio.run(run())
     # the system message, then a question and an answer per turn
     assert len(messages) == len(sids)
-    assert all(len(v) == 1 + 2 * turns for v in messages.values()), [len(v) for v in messages.values()]
+    assert all(len(v) == 1 + 2 * turns for v in messages.values())
 
 
 # --- the runs -------------------------------------------------------------------
