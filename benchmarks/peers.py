@@ -40,7 +40,9 @@ order each round, each on a file of its own in a fresh directory):
 
 - turns/s           wall clock over all the turns (opening and closing
   included);
-- CPU µs/turn       ``time.process_time`` of the same (every thread);
+- CPU µs/turn       ``time.process_time`` of the same (every thread), and
+  of it, in brackets, the kernel's share (``os.times().system``: the
+  writes and fsyncs of each commit, the same floor for everyone);
 - read sessions/s   a freshly opened file, every session read back:
   turnledger ``replay_sessions`` (each session's whole state), the SDK's
   ``get_items()`` per session, LangGraph's ``graph.aget_state`` per thread;
@@ -363,7 +365,8 @@ def file_bytes(path: Path) -> int:
     return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
-Figures = tuple[float, float, float, float]  # wall, cpu (write), wall (read), bytes
+# wall, CPU (write), wall (read), bytes, kernel CPU (write)
+Figures = tuple[float, float, float, float, float]
 
 
 def one_run(name: str, sessions: int, turns: int) -> tuple[Figures, Pragmas]:
@@ -371,14 +374,15 @@ def one_run(name: str, sessions: int, turns: int) -> tuple[Figures, Pragmas]:
     sids = [f"session-{i:05d}" for i in range(sessions)]
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as d:
         path = Path(d) / "peer.db"
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, k0 = time.perf_counter(), time.process_time(), os.times().system
         pragmas = write(path, sids, turns)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        kernel = os.times().system - k0
         size = file_bytes(path)
         t0 = time.perf_counter()
         read(path, sids, turns)
         read_wall = time.perf_counter() - t0
-    return (wall, cpu, read_wall, size), pragmas
+    return (wall, cpu, read_wall, size, kernel), pragmas
 
 
 def versions() -> str:
@@ -407,15 +411,17 @@ def run_size(sessions: int, turns: int, rounds: int, only: list[str]) -> None:
     for name in only:
         p = pragmas[name]
         print(f"  {name:15s} journal_mode={p['journal_mode']}, synchronous={p['synchronous']}")
-    head = f"  {'':15s} {'turns/s':>9s} {'CPU µs/turn':>12s} {'read sessions/s':>16s}"
+    head = f"  {'':15s} {'turns/s':>9s} {'CPU µs/turn (kernel)':>20s} {'read sessions/s':>16s}"
     print(head + f" {'bytes/turn':>11s}")
     for name in only:
         print(
             f"  {name:15s} {n / med(name, 0):9,.0f} {med(name, 1) * 1e6 / n:12,.0f}"
+            f" ({med(name, 4) * 1e6 / n:5,.0f})"
             f" {sessions / med(name, 2):16,.0f} {med(name, 3) / n:11,.0f}"
         )
     if "turnledger" in only:
         print("  turnledger against each (above 1: turnledger ahead)")
+        print(f"  {'':15s} " + " ".join(f"{h:>9s}" for h in ("turns/s", "CPU", "read", "bytes")))
         for name in only:
             if name == "turnledger":
                 continue
