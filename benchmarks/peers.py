@@ -45,7 +45,8 @@ order each round, each on a file of its own in a fresh directory):
   writes and fsyncs of each commit, the same floor for everyone);
 - read sessions/s   a freshly opened file, every session read back:
   turnledger ``replay_sessions`` (each session's whole state), the SDK's
-  ``get_items()`` per session, LangGraph's ``graph.aget_state`` per thread;
+  ``get_items()`` per session, LangGraph's ``graph.aget_state`` per thread
+  (wall clock, opening and closing included; and the CPU per session read);
 - bytes/turn        the database file after a WAL checkpoint, divided by
   the turns.
 
@@ -365,8 +366,8 @@ def file_bytes(path: Path) -> int:
     return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
-# wall, CPU (write), wall (read), bytes, kernel CPU (write)
-Figures = tuple[float, float, float, float, float]
+# wall, CPU (write), wall (read), bytes, kernel CPU (write), CPU (read)
+Figures = tuple[float, float, float, float, float, float]
 
 
 def one_run(name: str, sessions: int, turns: int) -> tuple[Figures, Pragmas]:
@@ -379,10 +380,10 @@ def one_run(name: str, sessions: int, turns: int) -> tuple[Figures, Pragmas]:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         kernel = os.times().system - k0
         size = file_bytes(path)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         read(path, sids, turns)
-        read_wall = time.perf_counter() - t0
-    return (wall, cpu, read_wall, size, kernel), pragmas
+        read_wall, read_cpu = time.perf_counter() - t0, time.process_time() - c0
+    return (wall, cpu, read_wall, size, kernel, read_cpu), pragmas
 
 
 def versions() -> str:
@@ -412,16 +413,20 @@ def run_size(sessions: int, turns: int, rounds: int, only: list[str]) -> None:
         p = pragmas[name]
         print(f"  {name:15s} journal_mode={p['journal_mode']}, synchronous={p['synchronous']}")
     head = f"  {'':15s} {'turns/s':>9s} {'CPU µs/turn (kernel)':>20s} {'read sessions/s':>16s}"
-    print(head + f" {'bytes/turn':>11s}")
+    print(head + f" {'CPU µs/read':>12s} {'bytes/turn':>11s}")
     for name in only:
         print(
             f"  {name:15s} {n / med(name, 0):9,.0f} {med(name, 1) * 1e6 / n:12,.0f}"
             f" ({med(name, 4) * 1e6 / n:5,.0f})"
-            f" {sessions / med(name, 2):16,.0f} {med(name, 3) / n:11,.0f}"
+            f" {sessions / med(name, 2):16,.0f} {med(name, 5) * 1e6 / sessions:12,.0f}"
+            f" {med(name, 3) / n:11,.0f}"
         )
     if "turnledger" in only:
         print("  turnledger against each (above 1: turnledger ahead)")
-        print(f"  {'':15s} " + " ".join(f"{h:>9s}" for h in ("turns/s", "CPU", "read", "bytes")))
+        print(
+            f"  {'':15s} "
+            + " ".join(f"{h:>9s}" for h in ("turns/s", "CPU", "reads/s", "read CPU", "bytes"))
+        )
         for name in only:
             if name == "turnledger":
                 continue
@@ -429,6 +434,7 @@ def run_size(sessions: int, turns: int, rounds: int, only: list[str]) -> None:
                 med(name, 0) / med("turnledger", 0),
                 med(name, 1) / med("turnledger", 1),
                 med(name, 2) / med("turnledger", 2),
+                med(name, 5) / med("turnledger", 5),
                 med(name, 3) / med("turnledger", 3),
             )
             print(f"  {name:15s} " + " ".join(f"{r:8.2f}x" for r in ratios))
