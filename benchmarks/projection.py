@@ -17,10 +17,17 @@ turn took one or two rounds of tool calls) and tool definitions in every
 request, and reports its warm time against the plain history's, measured in
 the same run.
 
-Last, at 10,000 turns, a session's projection with its context window: the
+Then, at 10,000 turns, a session's projection with its context window: the
 byte cap as above plus the token budget (window minus output reserve, by the
 estimate calibrated from reported usage, as ``decide`` computes it for every
 Submit), warm, against the byte-only warm figure of the same run.
+
+Last, branches: a session whose 10,000 committed turns are spread over 100
+branches (each an edit of its parent's tenth turn from the end, then 100
+turns), built by the pure machine. Its warm projection (the active branch's
+path) against a plain history of the same length, measured in the same run,
+and the whole decision of a Submit on it (``decide``: the projection plus
+the event).
 """
 
 from __future__ import annotations
@@ -38,11 +45,20 @@ import attrs
 from turnledger.events import Ledger, RequestId, SessionStarted, ToolCall, ToolSpec
 from turnledger.sessions import (
     Budget,
+    Completed,
+    Edit,
     History,
     Idle,
+    SessionState,
+    Start,
+    Submit,
     ToolResult,
     ToolRound,
     Turn,
+    branches_of,
+    decide,
+    evolve,
+    initial_state,
     plan,
     prompt_token_cap,
 )
@@ -158,6 +174,53 @@ def windowed(repeat: int) -> None:
     )
 
 
+def _branched_session(branches: int, per_branch: int) -> SessionState:
+    state: SessionState = initial_state()
+
+    def send(msg: object) -> None:
+        nonlocal state
+        for ev in decide(state, msg, budget=Budget(None)):  # type: ignore[arg-type]
+            state = evolve(state, ev)
+
+    send(Start(SYSTEM, "m"))
+    n = 0
+    for b in range(branches):
+        for i in range(per_branch):
+            rid = RequestId(f"r{n}")
+            q = f"问题 {n}: what about “item {n}”?\n🌱"
+            if b and i == 0:
+                send(Edit(rid, max(len(state.turns) - 10, 0), q))
+            else:
+                send(Submit(rid, q))
+            answer = f"回答 {n}: " + "lorem ipsum dolor sit amet " * (1 + n % 5)
+            send(Completed(rid, answer, "stop"))
+            n += 1
+    return state
+
+
+def branched(repeat: int) -> None:
+    q = "现在呢？"
+    state = _branched_session(100, 100)
+    listed = branches_of(state)
+    total = sum(b.length - (b.at_turn if b.parent else 0) for b in listed)
+    path = state.turns
+    plain = history(len(path))
+    budget = Budget(plan("m", SYSTEM, path, 0, q, Budget(None)).request_bytes // 2)
+    plan("m", SYSTEM, path, 0, q, budget)
+    plan("m", SYSTEM, plain, 0, q, budget)
+    on_branch = median_time(lambda: plan("m", SYSTEM, path, 0, q, budget), repeat * 20)
+    linear = median_time(lambda: plan("m", SYSTEM, plain, 0, q, budget), repeat * 20)
+    submit = Submit(RequestId("next"), q)
+    decide(state, submit, budget=budget)
+    decided = median_time(lambda: decide(state, submit, budget=budget), repeat * 20)
+    print(
+        f"\n{total:,} committed turns over {len(listed)} branches, active path "
+        f"{len(path):,} turns, warm: projection {on_branch * 1e6:.2f} µs "
+        f"(a plain history of {len(plain):,} turns: {linear * 1e6:.2f} µs, ratio "
+        f"{on_branch / linear:.2f}x); a Submit's whole decision {decided * 1e6:.2f} µs"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15)
@@ -176,6 +239,7 @@ def main() -> None:
         f"10,000 turns, warm: tool-turn history / plain history = {warm[True] / warm[False]:.2f}x"
     )
     windowed(args.repeat)
+    branched(args.repeat)
 
 
 if __name__ == "__main__":

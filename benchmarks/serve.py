@@ -22,10 +22,18 @@ delta (user + system time of its process, from /proc) is compared with the
 bare endpoint's.
 
     python benchmarks/serve.py [--clients N] [--deltas D] [--rounds R] [--variants ...]
+    python benchmarks/serve.py --rounds 3 --variants bare,serve-before,serve --before /tmp/main/src
+
+``--before SRC`` (with the variant ``serve-before``) runs the same
+``turnledger serve`` command from another source tree (``git archive main
+src | tar -x -C /tmp/main``), with that tree's defaults, against the same
+model server and clients, so a change is measured against the code before
+it in the same run. Where the time of a burst goes: ``profile_burst.md``.
 
 Prints, per variant, the median over rounds of: turns/s, p50/p99 time to
 first delta, CPU µs per delta, and the probes answered in time (all rounds)
-with the slowest; then the CPU ratio serve/bare (goal: ≤ 2×).
+with the slowest; then the CPU ratios to bare (goal: at most 1×) and, with
+serve-before, the time-to-first-delta ratios serve/serve-before.
 """
 
 from __future__ import annotations
@@ -205,8 +213,10 @@ def _probe_main(url: str) -> None:
     print(" ".join(f"{c},{r},{f},{at}" for c, r, f, at in results), flush=True)
 
 
-def _spawn(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+def _spawn(
+    args: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     assert proc.stdout is not None
     line = proc.stdout.readline().decode().strip()
     if not line:
@@ -359,11 +369,22 @@ def _check_store(db: Path, clients: int) -> tuple[int, int, int, dict[str, str]]
 
 
 def _round(
-    kind: str, clients: int, deltas: int, loopback_url: str, serve_args: list[str]
+    kind: str,
+    clients: int,
+    deltas: int,
+    loopback_url: str,
+    serve_args: list[str],
+    before: str | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "load.db"
-        if kind == "serve":
+        env = None
+        if kind == "serve-before":
+            # The same command from another source tree (the code before a
+            # change), with serve's defaults of that tree.
+            env = {**os.environ, "PYTHONPATH": str(before)}
+            serve_args = []
+        if kind.startswith("serve"):
             # Deadlines wide enough that a loaded machine measures speed,
             # not timeouts.
             cmd = [sys.executable, "-m", "turnledger", "serve", "--db", str(db), "--port", "0",
@@ -372,7 +393,7 @@ def _round(
         else:
             accept = "one" if kind == "bare-one" else "batch"
             cmd = [sys.executable, str(HERE), "--bare-child", accept, "--deltas", str(deltas)]
-        proc, url = _spawn(cmd)
+        proc, url = _spawn(cmd, env)
         try:
             cpu0 = _cpu_seconds(proc.pid)
             result = trio.run(_load, url, clients, deltas)
@@ -381,7 +402,7 @@ def _round(
             proc.send_signal(signal.SIGTERM)
             result_code = proc.wait(60)
         result["exit"] = result_code
-        if kind == "serve":
+        if kind.startswith("serve"):
             result["store"] = _check_store(db, clients)
     result["cpu_us_per_delta"] = 1e6 * result["cpu"] / max(result["deltas"], 1)
     return result
@@ -391,6 +412,7 @@ _NAMES = {
     "bare": "bare Hypercorn SSE endpoint",
     "bare-one": "bare, Hypercorn's own accept loop",
     "serve": "turnledger serve (SQLite)",
+    "serve-before": "turnledger serve, --before tree",
 }
 
 
@@ -416,6 +438,12 @@ def main() -> None:
         metavar="ARG",
         help="one more option for turnledger serve (repeat it), e.g. --serve-arg=--max-starting=32",
     )
+    p.add_argument(
+        "--before",
+        metavar="SRC",
+        help="a source tree (the directory holding turnledger/) to measure as the variant "
+        "serve-before, e.g. main's src exported with git archive",
+    )
     p.add_argument("--bare-child", choices=["batch", "one"], help=argparse.SUPPRESS)
     p.add_argument("--loopback-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--probe-child", metavar="URL", help=argparse.SUPPRESS)
@@ -435,14 +463,20 @@ def main() -> None:
     )
     variants = args.variants.split(",")
     unknown = set(variants) - set(_NAMES)
-    if unknown or not {"bare", "serve"} <= set(variants):
-        p.error(f"--variants: needs bare and serve, may add bare-one; not {sorted(unknown)}")
+    if unknown or "serve" not in variants:
+        p.error(
+            f"--variants: needs serve, may add bare, bare-one, serve-before; not {sorted(unknown)}"
+        )
+    if ("serve-before" in variants) != (args.before is not None):
+        p.error("--before and the variant serve-before go together")
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in variants}
     ok = True
     try:
         for r in range(args.rounds):
             for kind in variants:  # interleaved, so noise hits all alike
-                res = _round(kind, args.clients, args.deltas, loopback_url, args.serve_arg)
+                res = _round(
+                    kind, args.clients, args.deltas, loopback_url, args.serve_arg, args.before
+                )
                 runs[kind].append(res)
                 line = (
                     f"round {r + 1} {kind:<8}: {res['elapsed']:.2f}s, "
@@ -455,7 +489,7 @@ def main() -> None:
                     f"{_ms(res['health_connect'])}, response {_ms(res['health_response'])})"
                     f", exit {res['exit']}"
                 )
-                if kind == "serve":
+                if kind.startswith("serve"):
                     stored, lost, dup, missing = res["store"]
                     line += f"; store: {stored} committed, {lost} lost, {dup} duplicated"
                     ok &= lost == 0 and dup == 0 and res["committed"] == args.clients
@@ -500,8 +534,14 @@ def main() -> None:
             f"{med(kind, 'cpu_us_per_delta'):>9.1f}µs {f'{good}/{probes}':>11} "
             f"{1000 * worst:>6.0f}ms"
         )
-    ratio = med("serve", "cpu_us_per_delta") / med("bare", "cpu_us_per_delta")
-    print(f"CPU per delta, serve / bare: {ratio:.2f}x (goal: within 2x)")
+    for kind in ("serve-before", "serve"):
+        if kind in variants and "bare" in variants:
+            ratio = med(kind, "cpu_us_per_delta") / med("bare", "cpu_us_per_delta")
+            print(f"CPU per delta, {kind} / bare: {ratio:.2f}x (goal: at most 1x)")
+    if "serve-before" in variants:
+        for key in ("p50_first", "p99_first"):
+            ratio = med("serve", key) / med("serve-before", key)
+            print(f"time to first delta {key[:3]}, serve / serve-before: {ratio:.2f}x")
     print("every turn committed once, healthz answered throughout:", "yes" if ok else "NO")
     sys.exit(0 if ok else 1)
 

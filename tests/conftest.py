@@ -24,10 +24,14 @@ settings.register_profile(
     max_examples=2 * settings.get_profile("ci").max_examples,
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# From Hypothesis's own defaults, not from the profile loaded now (with
+# CI=true in the environment Hypothesis loads its "ci" profile by itself).
 settings.register_profile(
     "deep",
+    settings.get_profile("default"),
+    derandomize=False,
     deadline=None,
-    max_examples=20 * settings.default.max_examples,
+    max_examples=20 * settings.get_profile("default").max_examples,
     suppress_health_check=[HealthCheck.too_slow],
     print_blob=True,
 )

@@ -13,13 +13,14 @@ import pytest
 PUBLIC: dict[str, str] = {
     "turnledger": (
         "AnthropicChat CodecError CommittedResult ConcurrencyConflict ContentEncrypted "
-        "DecodeError DecryptionFailed DiscardedResult EncryptionError InvalidCommand JournalStore "
-        "LeaseLost Ledger LimitExceeded MemoryStore OllamaChat OpenAIChat OpenAIResponses "
-        "PlaintextRefused PostgresStore ProviderError ProviderSettings ProviderSettingsError "
-        "RejectedResult ReplayError RetryPolicy SQLiteStore SessionClosed SessionOwnedElsewhere "
-        "StoreCapReached StoreCorrupted StoreError StoreFull StoreUnavailable StreamLimits "
-        "StreamProtocolError Tool ToolError ToolInvocation Turn TurnLedgerError TurnResult "
-        "UnknownEventTag UnknownSession Window WrongEventLoop WrongKey __version__ open_hub "
+        "DecodeError DecryptionFailed DiscardedResult EncryptionError InvalidCommand "
+        "JournalStore LeaseLost Ledger LimitExceeded MemoryStore OllamaChat OpenAIChat "
+        "OpenAIResponses PlaintextRefused PostgresStore ProviderError ProviderSettings "
+        "ProviderSettingsError RejectedResult ReplayError RetryPolicy SQLiteStore SessionBusy "
+        "SessionClosed SessionOwnedElsewhere StoreCapReached StoreCorrupted StoreError "
+        "StoreFull StoreUnavailable StreamLimits StreamProtocolError Tool ToolError "
+        "ToolInvocation Turn TurnLedgerError TurnResult UnknownBranch UnknownEventTag "
+        "UnknownSession UnknownTurn Window WrongEventLoop WrongKey __version__ open_hub "
         "open_provider open_store"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
@@ -31,33 +32,32 @@ PUBLIC: dict[str, str] = {
         "new_key_line rotate_keys"
     ),
     "turnledger.events": (
-        "DEFAULT_CODEC DISCARD_REASONS REJECT_REASONS SCHEMA_VERSIONS WINDOW_SOURCES "
-        "WIRE_TAGS BaseEventStore CompletionIgnored DiscardReason Erasure Event EventCodec "
-        "EventDecoder EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason "
-        "RequestId SessionId SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested "
-        "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
-        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource "
-        "session_hash"
+        "BRANCH_KINDS DEFAULT_CODEC DISCARD_REASONS MAIN_BRANCH REJECT_REASONS SCHEMA_VERSIONS "
+        "WINDOW_SOURCES WIRE_TAGS BaseEventStore BranchId BranchKind BranchStarted "
+        "BranchSwitched CompletionIgnored DiscardReason Erasure Event EventCodec EventDecoder "
+        "EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId SessionId "
+        "SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested ToolErrorPolicy "
+        "ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted TurnDiscarded "
+        "TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource session_hash"
     ),
     "turnledger.sessions": (
-        "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AnswersAtOnce AwaitingTools "
-        "Budget Cancel CharTokenEstimator ChatMessage ChatRequest Committed CommittedResult "
-        "Completed Completion DescribesModels Discarded DiscardedResult Ending Endings Failed "
-        "Failure History Hub HubStatistics Idle InFlight Interrupt JsonChatEncoder "
-        "Message ModelInfo Pending Plan Provider RejectedResult RequestEncoder "
-        "ResponseStarted RetentionPolicy RetentionStep Role SessionState Start StreamSink "
-        "Streaming Submit "
-        "Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
-        "ToolResult ToolRound Turn TurnHandle TurnResult build_messages decide "
-        "ending_of erase_sessions evolve initial_state is_in_flight open_hub plan plan_retention "
-        "prompt_token_cap prune_store replay replay_sessions request_messages "
-        "sessions_of_subject subject_of"
+        "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AnswersAtOnce AwaitingTools Branch "
+        "BranchInfo Budget Cancel CharTokenEstimator ChatMessage ChatRequest Committed "
+        "CommittedResult Completed Completion DescribesModels Discarded DiscardedResult Edit "
+        "Ending Endings Failed Failure History Hub HubStatistics Idle InFlight Interrupt "
+        "JsonChatEncoder Message ModelInfo Pending Plan Provider Regenerate RejectedResult "
+        "RequestEncoder ResponseStarted RetentionPolicy RetentionStep Role SessionState Start "
+        "StreamSink Streaming Submit Switch Timeout TokenEstimator Tool ToolDone ToolError "
+        "ToolInvocation ToolResult ToolRound Turn TurnHandle TurnResult branch_turns "
+        "branches_of build_messages decide ending_of erase_sessions evolve initial_state "
+        "is_in_flight open_hub plan plan_retention prompt_token_cap prune_store replay "
+        "replay_sessions request_messages sessions_of_subject subject_of"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",
     "turnledger.timeline": (
-        "End LateCompletion RetryEntry Row Step Timeline ToolCallEntry ToolRoundEntry explain "
-        "iso_time phase_name session_summary timeline"
+        "BranchEntry BranchStart BranchSwitch End LateCompletion RetryEntry Row Step Timeline "
+        "ToolCallEntry ToolRoundEntry explain iso_time phase_name session_summary timeline"
     ),
     "turnledger.adapters.providers": (
         "PROVIDER_KINDS AnthropicChat AnthropicEncoder AnthropicEventValidator "

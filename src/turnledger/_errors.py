@@ -4,6 +4,9 @@
 
     TurnLedgerError(Exception)
     ├── InvalidCommand          the caller broke the state machine; state unchanged
+    │   ├── UnknownTurn             an edit or regenerate of a turn the branch does not have
+    │   ├── UnknownBranch           a switch to a branch the session does not have
+    │   └── SessionBusy             a switch while a turn is in flight (busy policy: reject)
     ├── ReplayError             a stored log does not fold; the log is suspect
     ├── SessionClosed           the session or hub was used after it closed
     ├── ProviderSettingsError   no provider can be built from these settings
@@ -44,6 +47,7 @@ __all__ = [
     "ProviderError",
     "ProviderSettingsError",
     "ReplayError",
+    "SessionBusy",
     "SessionClosed",
     "SessionOwnedElsewhere",
     "StoreCapReached",
@@ -53,8 +57,10 @@ __all__ = [
     "StoreUnavailable",
     "StreamProtocolError",
     "TurnLedgerError",
+    "UnknownBranch",
     "UnknownEventTag",
     "UnknownSession",
+    "UnknownTurn",
     "WrongEventLoop",
 ]
 
@@ -68,6 +74,21 @@ class InvalidCommand(TurnLedgerError):
 
     The state is unchanged and nothing was written.
     """
+
+
+class UnknownTurn(InvalidCommand, LookupError):
+    """An edit or a regenerate names a turn the active branch does not have
+    (or a regenerate of a branch with no turn). Nothing was written."""
+
+
+class UnknownBranch(InvalidCommand, LookupError):
+    """A switch names a branch the session does not have. Nothing was written."""
+
+
+class SessionBusy(InvalidCommand):
+    """A switch while a turn is in flight, in a session whose busy policy is
+    ``reject`` (under ``supersede`` the turn in flight is discarded first).
+    Nothing was written."""
 
 
 class WrongEventLoop(TurnLedgerError, RuntimeError):

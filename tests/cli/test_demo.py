@@ -39,18 +39,26 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path, provider: str, cap: st
         'tool calculator({"expression":"6*7"}) → {"value":42.0}',
         "history unchanged, no call without its result: yes",
         "replayed tool session matches the live one (1 turn)",
+        "  * b2       1 turn(s) (regenerate of turn 1)",
+        "history now ['Orange.']; after /switch main ['Blue.', 'A pear.']",
+        "hub.erase: 4 events before, 0 after",
         *(f"{name:17s} committed" for name in PROVIDERS),
     ):
         assert expected in out, expected
     # the error body never reaches the transcript, the logs or the log file
     assert "/srv/app/limits.py" not in out + r.stderr
     assert b"/srv/app/limits.py" not in db.read_bytes()
+    # the erased session's text is in no file of the store
+    for f in tmp_path.glob("turnledger-demo.db*"):
+        assert b"4111 1111" not in f.read_bytes(), f
     # and the file tells the same story to `log` and `replay`
     log = tl("log", str(db), "--json", cwd=tmp_path)
     rows = [json.loads(line) for line in log.stdout.splitlines()]
     tags = [row["tag"] for row in rows]
     # the tool session's turn too, and one per protocol
-    assert tags.count("turn_committed") == 3 + len(PROVIDERS)
+    # (the branch session's four answers; nothing of the erased one)
+    assert tags.count("turn_committed") == 3 + 4 + len(PROVIDERS)
+    assert tags.count("branch_started") == 2 and tags.count("branch_switched") == 1
     assert tags.count("tool_result_recorded") == 2 and "tool_round_submitted" in tags
     assert "completion_ignored" in tags
     late = next(row for row in rows if row["tag"] == "completion_ignored")
@@ -63,7 +71,7 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path, provider: str, cap: st
     }
     session = next(s for s in by_id.values() if s["session_id"].count("-") == 1)
     tools = by_id["tools"]
-    assert len(by_id) == 2 + len(PROVIDERS)
+    assert len(by_id) == 3 + len(PROVIDERS)
     assert len(session["turns"]) == 2
     (turn,) = tools["turns"]
     assert [c["name"] for c in turn["rounds"][0]["calls"]] == ["calculator", "clock"]

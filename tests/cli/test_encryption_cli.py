@@ -12,7 +12,7 @@ from turnledger.cli import EXIT_OK, EXIT_STORE
 from ._run import tl
 
 
-def rows(db: Path) -> list[str]:
+def rows(db: Path) -> list[str | bytes]:
     conn = sqlite3.connect(db)
     try:
         return [r[0] for r in conn.execute("SELECT payload FROM events ORDER BY rowid")]
@@ -29,7 +29,8 @@ def test_an_encrypted_store_on_the_command_line(tmp_path: Path) -> None:
     assert demo.returncode == EXIT_OK, demo.stderr
     db = (tmp_path / "d.db").read_bytes()
     sealed = rows(tmp_path / "d.db")
-    assert len(sealed) > 20 and all(p.startswith('{"$enc":"') for p in sealed)
+    # Every row sealed, as bytes (format 2): a format byte, nonce, ciphertext.
+    assert len(sealed) > 20 and all(type(p) is bytes and p.startswith(b"\x01") for p in sealed)
     assert b"What does turnledger keep?" not in db
     assert (tmp_path / "d.db.keys").exists()
 

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from turnledger.events import (
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     Event,
     SessionStarted,
@@ -50,6 +52,9 @@ def meaning(log: Sequence[Event]) -> dict[str, Any]:
     context_start = 0
     largest_ok = 0
     config: SessionStarted | None = None
+    # branch name -> (its turns, its context start) when it was left
+    saved: dict[str, tuple[list[Any], int]] = {}
+    active = "main"
     for event in log:
         if isinstance(event, SessionStarted):
             config = event
@@ -107,6 +112,16 @@ def meaning(log: Sequence[Event]) -> dict[str, Any]:
             discard_reason = event.reason
             in_flight = None
             phase = "Discarded"
+        elif isinstance(event, BranchStarted):
+            # a new branch keeps the active one's first at_turn turns
+            saved[active] = (turns, context_start)
+            turns = list(turns[: event.at_turn])
+            context_start = min(context_start, event.at_turn)
+            active = event.branch
+        elif isinstance(event, BranchSwitched):
+            saved[active] = (turns, context_start)
+            turns, context_start = saved[event.branch]
+            active = event.branch
         else:  # pragma: no cover - a new event type needs a line here
             raise AssertionError(f"the reference fold does not know {type(event).__name__}")
     return {
@@ -122,6 +137,7 @@ def meaning(log: Sequence[Event]) -> dict[str, Any]:
         "discard_reason": discard_reason if phase == "Discarded" else None,
         "context_start": context_start,
         "largest_ok": largest_ok,
+        "active_branch": active,
     }
 
 
@@ -156,4 +172,5 @@ def observed(state: SessionState) -> dict[str, Any]:
         "discard_reason": getattr(state, "reason", None),
         "context_start": state.context_start,
         "largest_ok": state.largest_ok,
+        "active_branch": state.active_branch,
     }

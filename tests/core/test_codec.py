@@ -50,6 +50,8 @@ def test_wire_tags_are_an_explicit_frozen_table() -> None:
         "ToolResultRecorded": "tool_result_recorded",
         "ToolRoundSubmitted": "tool_round_submitted",
         "TurnRetried": "turn_retried",
+        "BranchStarted": "branch_started",
+        "BranchSwitched": "branch_switched",
     }
     assert set(SCHEMA_VERSIONS) == set(WIRE_TAGS.values())
 

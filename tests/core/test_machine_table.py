@@ -7,8 +7,17 @@ import json
 import attrs
 import pytest
 
-from turnledger import InvalidCommand, ReplayError
+from turnledger import (
+    InvalidCommand,
+    ReplayError,
+    SessionBusy,
+    UnknownBranch,
+    UnknownTurn,
+)
 from turnledger.events import (
+    BranchId,
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     SessionStarted,
     StreamStarted,
@@ -28,19 +37,23 @@ from turnledger.sessions import (
     Committed,
     Completed,
     Discarded,
+    Edit,
     Failed,
     Failure,
     Idle,
     Interrupt,
     Message,
     Pending,
+    Regenerate,
     ResponseStarted,
     SessionState,
     Start,
     Streaming,
     Submit,
+    Switch,
     Timeout,
     ToolDone,
+    branches_of,
     decide,
     ending_of,
     evolve,
@@ -92,6 +105,14 @@ def _states() -> dict[str, Session]:
         start=TOOLS,
     )
     discarded = given(Submit(STALE, "first?"), Cancel(), start=TOOLS)
+    # on branch b1 (an edit of turn 0), its turn in flight; main holds STALE
+    branched = given(
+        Submit(STALE, "first?"),
+        Completed(STALE, "first!", "stop"),
+        Edit(CURRENT, 0, "first, again?"),
+        start=TOOLS,
+    )
+    superseding = Start("be brief", "test-model", on_busy="supersede")
     return {
         "unstarted": Session(),
         "idle": given(start=TOOLS),
@@ -103,6 +124,17 @@ def _states() -> dict[str, Session]:
         "streaming-round1": given_more(round1, ResponseStarted(CURRENT, 1)),
         "committed": done,
         "discarded": discarded,
+        "branched-pending": branched,
+        "branched-committed": given_more(branched, Completed(CURRENT, "again!", "stop")),
+        "branched-switched": given_more(
+            branched, Completed(CURRENT, "again!", "stop"), Switch(BranchId("main"))
+        ),
+        "supersede-pending": given(
+            Submit(STALE, "first?"),
+            Completed(STALE, "first!", "stop"),
+            Submit(CURRENT, "second?"),
+            start=superseding,
+        ),
     }
 
 
@@ -139,6 +171,14 @@ def _messages(request_id: str) -> list[Message]:
         Completed(r, "an answer", "length"),
         Completed(r, "  \n", "stop"),
         Failed(r, Failure("http_status", "HTTP 429")),
+        Edit(rid("edit-" + request_id), 0, "asked differently"),
+        Edit(r, 0, "an edit under a known id"),
+        Edit(rid("edit2-" + request_id), 5, "no such turn"),
+        Edit(rid("edit3-" + request_id), 0, "  "),
+        Regenerate(rid("regen-" + request_id)),
+        Switch(BranchId("main")),
+        Switch(BranchId("b1")),
+        Switch(BranchId("b9")),
     ]
 
 
@@ -159,11 +199,22 @@ def test_every_pair_matches_the_table(name: str, message: Message) -> None:
             session.when(message)
         assert session.state is before
         return
-    session.when(message)
+    try:
+        session.when(message)
+    except (UnknownTurn, UnknownBranch, SessionBusy):
+        # bad branch input (or a switch while busy): a typed error, nothing changed
+        assert isinstance(message, (Edit, Regenerate, Switch))
+        assert session.state is before
+        return
     assert type(session.state) in allowed
     session.then_replay_matches()
-    # a message never loses committed history
-    assert list(session.state.turns[: len(before.turns)]) == list(before.turns)
+    # a message never loses committed history: a branch keeps a prefix of
+    # the active path, and every branch keeps its own
+    if session.state.active_branch == before.active_branch:
+        assert list(session.state.turns[: len(before.turns)]) == list(before.turns)
+    else:
+        kept = [b.length for b in branches_of(session.state) if b.branch_id == before.active_branch]
+        assert kept == [len(before.turns)]
 
 
 def test_table_covers_every_state_and_message() -> None:
@@ -178,6 +229,9 @@ def test_table_covers_every_state_and_message() -> None:
         Completed,
         Failed,
         ToolDone,
+        Edit,
+        Regenerate,
+        Switch,
     }
     assert set(TRANSITIONS) == states
     assert set(EVENT_TRANSITIONS) == states
@@ -312,6 +366,14 @@ def test_cancel_targets_only_its_own_request() -> None:
         ("streaming", TurnRejected(CURRENT, "busy")),
         ("unstarted", CompletionIgnored(STALE, "completed")),
         ("discarded", StreamStarted(STALE)),
+        ("idle", BranchSwitched(BranchId("main"))),
+        ("committed", BranchSwitched(BranchId("main"))),
+        ("committed", BranchSwitched(BranchId("b1"))),
+        ("committed", BranchStarted(BranchId("b1"), BranchId("main"), 1, "edit", rid("x"))),
+        ("committed", BranchStarted(BranchId("b1"), BranchId("b7"), 0, "edit", rid("x"))),
+        ("branched-committed", BranchStarted(BranchId("b1"), BranchId("b1"), 0, "edit", rid("x"))),
+        ("pending", BranchStarted(BranchId("b1"), BranchId("main"), 0, "edit", rid("x"))),
+        ("branched-pending", BranchSwitched(BranchId("main"))),
     ],
 )
 def test_impossible_logs_do_not_fold(state_name: str, event: object) -> None:
@@ -347,13 +409,13 @@ def test_state_diagram_is_drawn_from_the_table() -> None:
 
 
 def test_pairs_are_exhaustive() -> None:
-    # 10 sessions (every phase, tool rounds included) x 69 messages (23 for
-    # each of the current, a finished and an unknown request id): the
-    # parametrized test above walks all of them.
+    # 14 sessions (every phase, tool rounds and branches included) x 93
+    # messages (31 for each of the current, a finished and an unknown request
+    # id): the parametrized test above walks all of them.
     states = _states()
-    assert len(states) == 10 and len(_messages("x")) == 23
-    assert len(CASES) == 690
-    assert len({case.id for case in CASES}) == 690
+    assert len(states) == 14 and len(_messages("x")) == 31
+    assert len(CASES) == 1302
+    assert len({case.id for case in CASES}) == 1302
     # every pair of a phase and a kind of message the table knows is tried
     walked = {(type(states[name].state), type(msg)) for name, msg in (c.values for c in CASES)}
     table = {(phase, kind) for phase, row in TRANSITIONS.items() for kind in row}

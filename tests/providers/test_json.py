@@ -257,3 +257,74 @@ def test_loads_object_applies_the_strict_rules() -> None:
     for text in ['{"a":1,"a":2}', '{"a":1} x', '{"a":' * 17 + "1" + "}" * 17]:
         with pytest.raises(DecodeError):
             loads_object(text)
+
+
+# -- duplicates at any depth, and the depth bound -------------------------------------
+
+# An object as the list of its pairs, so a key may repeat at any depth.
+_Pairs = list[tuple[str, Any]]
+_LEAF = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text(alphabet=st.sampled_from('x:"\\{é🌱 '), max_size=5)
+)
+_TREE = st.recursive(
+    _LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=3).map(lambda v: ("list", v))
+        | st.lists(st.tuples(st.sampled_from(["a", "b", "c:", "é"]), inner), max_size=4).map(
+            lambda v: ("object", v)
+        )
+    ),
+    max_leaves=14,
+)
+
+
+def _write(node: Any, ascii_only: bool, spaced: bool, escape_colons: bool) -> str:
+    def string(s: str) -> str:
+        text = json.dumps(s, ensure_ascii=ascii_only)
+        return text.replace(":", "\\u003a") if escape_colons else text
+
+    comma, colon = (" , ", " : ") if spaced else (",", ":")
+    if isinstance(node, tuple) and node[0] == "list":
+        return "[" + comma.join(_write(v, ascii_only, spaced, escape_colons) for v in node[1]) + "]"
+    if isinstance(node, tuple) and node[0] == "object":
+        pairs: _Pairs = node[1]
+        return (
+            "{"
+            + comma.join(
+                string(k) + colon + _write(v, ascii_only, spaced, escape_colons) for k, v in pairs
+            )
+            + "}"
+        )
+    if isinstance(node, str):
+        return string(node)
+    return json.dumps(node)
+
+
+@given(_TREE, st.booleans(), st.booleans(), st.booleans())
+def test_duplicate_keys_are_refused_at_any_depth_whatever_the_writer(
+    tree: Any, ascii_only: bool, spaced: bool, escape_colons: bool
+) -> None:
+    # Keys that repeat in nested objects, colons in keys and strings (raw or
+    # escaped as \u003a), whitespace: refused exactly when the standard
+    # library sees a duplicate, and otherwise the same value.
+    text = _write(tree, ascii_only, spaced, escape_colons)
+    if _depth(json.loads(text)) > 16:
+        return
+    if _stdlib_has_duplicates(text):
+        with pytest.raises(DecodeError, match="duplicate"):
+            loads_strict(text)
+    else:
+        assert loads_strict(text) == json.loads(text)
+
+
+def test_the_depth_limit_holds_at_the_bound() -> None:
+    deep = '{"a":' * 16 + "1" + "}" * 16
+    assert loads_object(deep)
+    with pytest.raises(DecodeError, match="deeper than 16"):
+        loads_object('{"a":' + deep + "}")
+    with pytest.raises(DecodeError, match="deeper than 3"):
+        loads_object('{"a":[{"b":[1]}]}', max_depth=3)
+    assert loads_object('{"a":[{"b":[1]}]}', max_depth=4)

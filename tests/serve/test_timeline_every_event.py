@@ -26,7 +26,11 @@ from serve.test_timeline import _wait
 from turnledger.adapters.stores import SQLiteStore
 from turnledger.events import (
     DEFAULT_CODEC,
+    MAIN_BRANCH,
     WIRE_TAGS,
+    BranchId,
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     Event,
     Ledger,
@@ -49,7 +53,7 @@ from turnledger.timeline import session_summary, timeline
 
 SESSION = "every"
 #: The request ids of the log, in order of first appearance.
-ROWS = ["r-tools", "r-retry", "r-old", "r-empty", "r-new"]
+ROWS = ["r-tools", "r-retry", "r-old", "r-empty", "r-new", "r-edit"]
 #: Seconds between two events of the log.
 STEP = 0.25
 
@@ -60,7 +64,8 @@ def _r(rid: str) -> RequestId:
 
 def _events() -> list[Event]:
     """A session with a tool round (one call failing), a retried overflow, a
-    supersede, a rejection, a cancel and a late answer."""
+    supersede, a rejection, a cancel, a late answer, and an edit of its
+    second turn on a branch, then a switch back to main."""
     calls = (
         ToolCall("call-paris", "get_weather", '{"city": "Paris"}'),
         ToolCall("call-clock", "get_time", "{}"),
@@ -98,6 +103,11 @@ def _events() -> list[Event]:
         StreamStarted(_r("r-new")),
         TurnDiscarded(_r("r-new"), "cancelled", "", 3),
         CompletionIgnored(_r("r-old"), "completed", Usage(9, 4, 13)),
+        BranchStarted(BranchId("b1"), MAIN_BRANCH, 1, "edit", _r("r-edit")),
+        TurnSubmitted(_r("r-edit"), "Summarise it in a word", 1, 0, 300, 80),
+        StreamStarted(_r("r-edit")),
+        TurnCommitted(_r("r-edit"), "Brief.", "stop", Usage(30, 2, 32)),
+        BranchSwitched(MAIN_BRANCH),
     ]
 
 
@@ -141,7 +151,6 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
     rows = {r.request_id: r for r in tline.rows}
     assert list(rows) == ROWS
     assert sorted(s.seq for s in tline.steps()) == list(range(1, len(stored) + 1))
-    assert [s.event for s in tline.session_steps] == ["session_started"]
     (tools,) = rows["r-tools"].tool_rounds
     assert [(c.name, c.call_id, c.is_error) for c in tools.calls] == [
         ("get_weather", "call-paris", False),
@@ -166,6 +175,20 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
     assert late.delay_s == pytest.approx(LATE_BY)
     assert rows["r-empty"].end == "rejected" and rows["r-new"].reason == "cancelled"
     assert [h[0] for h in tline.history] == ["r-tools", "r-retry"]
+    # the tree: b1 keeps r-tools and asks r-edit; main is active again
+    edit = rows["r-edit"]
+    assert edit.branch == "b1" and rows["r-new"].branch == "main"
+    assert edit.starts_branch is not None
+    assert (edit.starts_branch.branch, edit.starts_branch.parent) == ("b1", "main")
+    assert (edit.starts_branch.at_turn, edit.starts_branch.kind) == (1, "edit")
+    assert [s.event for s in edit.steps][:2] == ["branch_started", "turn_submitted"]
+    assert tline.active_branch == "main"
+    assert [(b.branch_id, b.length, b.head, b.active) for b in tline.branches] == [
+        ("main", 2, "r-retry", True),
+        ("b1", 2, "r-edit", False),
+    ]
+    assert [w.branch for w in tline.switches] == ["main"]
+    assert [s.event for s in tline.session_steps] == ["session_started", "branch_switched"]
 
     summary = session_summary(SESSION, stored)
     assert summary == {
@@ -173,21 +196,21 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
         "subject": None,
         "events": len(stored),
         "turns": 2,
-        "requests": 5,
-        "committed": 2,
+        "requests": 6,
+        "committed": 3,
         "discarded": 2,
         "rejected": 1,
         "ignored": 1,
         "retried": 1,
         "tool_calls": 2,
-        "phase": "discarded",
-        "last_outcome": "discarded (cancelled)",
+        "phase": "committed",
+        "last_outcome": "committed",
         "last_recorded_at": stored[-1].recorded_at,
         "context_window": 4096,
         "window_source": "user",
-        "prompt_tokens": 40 + 55 + 9,
-        "completion_tokens": 5 + 4 + 4,
-        "estimated_prompt_tokens": 300 + 3900 + 250 + 100 + 102,
+        "prompt_tokens": 40 + 55 + 9 + 30,
+        "completion_tokens": 5 + 4 + 4 + 2,
+        "estimated_prompt_tokens": 300 + 3900 + 250 + 100 + 102 + 80,
         "turns_dropped": 0,
         "context_overflows": 1,
     }
@@ -232,6 +255,10 @@ def _text_log(db: Path, tmp_path: Path) -> None:
     assert "error (call-clock 15 B, 3 ms)" in results[1]
     (late,) = [line for line in lines if " completion_ignored " in line]
     assert "r-old" in late and f"{LATE_BY:.3f}s after the turn ended" in late
+    (branch,) = [line for line in lines if " branch_started " in line]
+    assert "r-edit" in branch and "branch b1 from main: keeps 1 turns" in branch
+    (switch,) = [line for line in lines if " branch_switched " in line]
+    assert "active branch: main" in switch
     # only the one request with --request
     one = tl("log", str(db), "--session", SESSION, "--request", "r-tools", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
@@ -258,6 +285,10 @@ def _json_log(db: Path, tmp_path: Path) -> None:
     assert calls["to"] == "awaitingtools"
     (late,) = [s for s in steps if s["tag"] == "completion_ignored"]
     assert late["request_id"] == "r-old" and late["late_by"] == pytest.approx(LATE_BY)
+    (branch,) = [s for s in steps if s["tag"] == "branch_started"]
+    assert (branch["request_id"], branch["reason"]) == ("r-edit", "edit")
+    (switch,) = [s for s in steps if s["tag"] == "branch_switched"]
+    assert (switch["request_id"], switch["reason"]) == (None, "switch")
 
 
 def _serve_json(url: str, db: Path, tmp_path: Path) -> dict[str, Any]:
@@ -272,6 +303,17 @@ def _serve_json(url: str, db: Path, tmp_path: Path) -> dict[str, Any]:
     ]
     assert rows["r-old"]["late"][0]["delay_s"] == pytest.approx(LATE_BY)
     assert rows["r-old"]["superseded_by"] == "r-new"
+    assert rows["r-edit"]["starts_branch"] == {
+        "branch": "b1",
+        "parent": "main",
+        "at_turn": 1,
+        "kind": "edit",
+    }
+    assert (model["active_branch"], [b["branch_id"] for b in model["branches"]]) == (
+        "main",
+        ["main", "b1"],
+    )
+    assert [w["branch"] for w in model["switches"]] == ["main"]
     assert [p["event"] for p in rows["r-tools"]["phases"]][:3] == [
         "turn_submitted",
         "stream_started",
@@ -283,7 +325,7 @@ def _serve_json(url: str, db: Path, tmp_path: Path) -> dict[str, Any]:
     done = tl("sessions", str(db), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == mine
-    assert (mine["requests"], mine["retried"], mine["tool_calls"]) == (5, 1, 2)
+    assert (mine["requests"], mine["retried"], mine["tool_calls"]) == (6, 1, 2)
     return model
 
 
@@ -316,6 +358,17 @@ def _page(browser: Any) -> None:
     assert "↶ supersedes r-old" in row("r-new").text
     assert "discarded: cancelled" in row("r-new").text
     assert "rejected: empty_question" in row("r-empty").text
+    edit = row("r-edit")
+    assert edit.get_attribute("data-branch") == "b1"
+    start = edit.find_element("css selector", '.branch-start[data-branch="b1"]')
+    assert "⑂ starts branch b1 from main (edit): keeps 1 turns" in start.text
+    assert row("r-new").get_attribute("data-branch") == "main"
+    active = browser.find_element("css selector", "#active-branch")
+    assert active.get_attribute("data-branch") == "main"
+    tree = browser.find_elements("css selector", "#branches li.branch")
+    assert [li.get_attribute("data-branch-id") for li in tree] == ["main", "b1"]
+    assert "active" in tree[0].get_attribute("class")
+    assert browser.find_elements("css selector", '#branches li.switch[data-switch-to="main"]')
 
 
 def test_every_view_shows_every_row(browser: Any, every_db: Path, tmp_path: Path) -> None:
@@ -362,4 +415,4 @@ def test_the_documented_timeline_example_runs(
     assert "  sent again after context_overflow: 200 bytes" in lines
     assert "  tools: get_weather [call-paris], get_time [call-clock]" in lines
     assert f"  a late answer, {LATE_BY:.3f}s after the turn ended" in lines
-    assert lines[-1] == "last outcome: discarded (cancelled)"
+    assert lines[-1] == "last outcome: committed"

@@ -19,6 +19,7 @@ import trio
 import turnledger.runtime._actor as actor_module
 from turnledger import InvalidCommand, SessionClosed
 from turnledger.events import (
+    BranchId,
     Event,
     RequestId,
     SessionStarted,
@@ -32,6 +33,7 @@ from turnledger.sessions import (
     EVENT_TRANSITIONS,
     Cancel,
     Completed,
+    Edit,
     Failed,
     Failure,
     Interrupt,
@@ -40,6 +42,7 @@ from turnledger.sessions import (
     SessionState,
     Start,
     Submit,
+    Switch,
     Timeout,
     ToolDone,
     decide,
@@ -78,6 +81,8 @@ def _messages() -> list[Message]:
             ToolDone(r, "c1", "12:00"),
             ToolDone(r, "c2", "2", is_error=True),
         ]
+    # a branch needs a committed turn: an edit of turn 0, then back to main
+    out += [Edit(RequestId("r3"), 0, "asked again"), Switch(BranchId("main"))]
     return out
 
 

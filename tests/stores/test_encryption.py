@@ -460,3 +460,131 @@ async def test_erasure_shreds_the_key_first_then_the_rows(target: str) -> None:
             await store.aclose()
         raw = at_rest(target)
         assert CANARY.encode() not in raw
+
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+def payload_kinds(db: Path) -> dict[str, list[tuple[int, str]]]:
+    """Each session's ``(seq, SQLite type of the payload)``, in order."""
+    conn = sqlite3.connect(db)
+    try:
+        out: dict[str, list[tuple[int, str]]] = {}
+        for sid, seq, kind in conn.execute(
+            "SELECT session_id, seq, typeof(payload) FROM events ORDER BY position"
+        ):
+            out.setdefault(sid, []).append((seq, kind))
+        return out
+    finally:
+        conn.close()
+
+
+async def test_a_store_sealed_as_hex_text_still_reads(tmp_path: Path) -> None:
+    """A store written by 806c8e7 (tests/fixtures/make_sealed_806c8e7.py),
+    whose rows hold their ciphertext as hex in JSON text, reads as it did;
+    new rows are sealed as bytes beside them; old and new rows stay bound
+    to their place."""
+    db = tmp_path / "sealed.db"
+    db.write_bytes((FIXTURES / "sealed_806c8e7.db").read_bytes())
+    Path(f"{db}.keys").write_bytes((FIXTURES / "sealed_806c8e7.db.keys").read_bytes())
+    written = json.loads((FIXTURES / "sealed_806c8e7.expected.json").read_text("utf-8"))
+    old = {  # the events as this release decodes them (upcast if need be)
+        sid: [DEFAULT_CODEC.from_payload(tag, v, payload) for _, tag, v, payload in rows]
+        for sid, rows in written.items()
+    }
+    events, plain = old["old-a"], old["old-b"]
+    n = len(events)
+    assert n >= 10 and len(plain) == n
+    assert sum(CANARY in repr(e) for e in events) >= 8
+    assert payload_kinds(db) == {
+        s: [(i, "text") for i in range(1, n + 1)] for s in ("old-a", "old-b")
+    }
+    with trio.fail_after(30):
+        store = await open_store(db, keys=K1)
+        assert isinstance(store, EncryptedStore)
+        try:
+            assert await store.read_decoded("old-a", DEFAULT_CODEC) == events
+            assert await store.read_decoded("old-b", DEFAULT_CODEC) == plain
+            opened = await store.read("old-a")
+            assert [[e.seq, e.tag, e.schema_version, e.payload] for e in opened] == written["old-a"]
+            assert [DEFAULT_CODEC.decode(e) for e in opened] == events
+            feed = await store.read_all()
+            assert [DEFAULT_CODEC.decode(e) for e in feed] == events + plain
+            # New rows: sealed as bytes, after the old ones, in the same session.
+            more = [
+                DEFAULT_CODEC.encode(e, session_id="old-a", seq=n + i, recorded_at=1.8e9)
+                for i, e in enumerate(events[:3], 1)
+            ]
+            await store.append("old-a", more, n)
+            await store.append("new", stored("new", events), 0)
+            assert await store.read_decoded("old-a", DEFAULT_CODEC) == events + events[:3]
+            assert await store.read_decoded("new", DEFAULT_CODEC) == events
+            many = await store.read_decoded_many(["old-a", "new"], DEFAULT_CODEC, lambda s, e: e)
+            assert many == {"old-a": events + events[:3], "new": events}
+        finally:
+            await store.aclose()
+    kinds = payload_kinds(db)
+    assert kinds["old-a"] == [(i, "text") for i in range(1, n + 1)] + [
+        (n + i, "blob") for i in range(1, 4)
+    ]
+    assert kinds["new"] == [(i, "blob") for i in range(1, n + 1)]
+    assert CANARY.encode() not in db.read_bytes()
+
+    # Without the key, old and new rows alike say that the content is encrypted.
+    locked = await open_store(db)
+    try:
+        for sid in ("old-a", "new"):
+            with pytest.raises(ContentEncrypted):
+                await locked.read_decoded(sid, DEFAULT_CODEC)
+            with pytest.raises(ContentEncrypted):
+                await locked.read(sid)
+    finally:
+        await locked.aclose()
+
+    # A row moved to another place is refused, in either format.
+    conn = sqlite3.connect(db)
+    with conn:
+        for sid in ("old-b", "new"):  # seq 2's payload written over seq 3's (same tags or not)
+            (p2,) = conn.execute(
+                "SELECT payload FROM events WHERE session_id=? AND seq=2", (sid,)
+            ).fetchone()
+            conn.execute("UPDATE events SET payload=? WHERE session_id=? AND seq=3", (p2, sid))
+    conn.close()
+    store = await open_store(db, keys=K1)
+    try:
+        for sid in ("old-b", "new"):
+            with pytest.raises(DecryptionFailed, match=rf"'{sid}' seq 3"):
+                await store.read_decoded(sid, DEFAULT_CODEC)
+            with pytest.raises(DecryptionFailed, match=rf"'{sid}' seq 3"):
+                await store.read(sid)
+        assert await store.read_decoded("old-a", DEFAULT_CODEC) == events + events[:3]
+    finally:
+        await store.aclose()
+
+
+async def test_sealed_bytes_read_without_the_layer_say_they_are_encrypted(
+    tmp_path: Path,
+) -> None:
+    """The bare SQLite store, given sealed bytes rows: its envelopes carry
+    the hex form, and a decoder without the key refuses them as encrypted,
+    never as damage."""
+    from turnledger.adapters.stores import SQLiteStore
+
+    db = tmp_path / "e.db"
+    events = canary_events()
+    with trio.fail_after(30):
+        store = await open_store(db, keys=K1)
+        try:
+            await store.append("s", stored("s", events[:3]), 0)
+        finally:
+            await store.aclose()
+        bare = await SQLiteStore.open(db)
+        try:
+            envelopes = await bare.read("s")
+            assert [list(e.payload) for e in envelopes] == [["$enc"]] * 3
+            hexes = [e.payload["$enc"] for e in envelopes]
+            assert all(type(h) is str and bytes.fromhex(h) for h in hexes)
+            with pytest.raises(ContentEncrypted):
+                await bare.read_decoded("s", DEFAULT_CODEC)
+        finally:
+            await bare.aclose()

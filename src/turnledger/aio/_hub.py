@@ -18,6 +18,7 @@ from .._errors import SessionClosed
 from .._loops import require_asyncio
 from ..events import Erasure, EventStore, HistoryPolicy, OnBusy, ToolErrorPolicy
 from ..sessions import (
+    BranchInfo,
     HubStatistics,
     Provider,
     RetentionPolicy,
@@ -344,6 +345,59 @@ class Hub:
         require_asyncio("Hub.history")
         turns: tuple[Turn, ...] = await self._bridge.run(self._hub.history, session_id)
         return turns
+
+    async def edit(
+        self, session_id: str, turn_index: int, question: str, *, request_id: str | None = None
+    ) -> TurnHandle:
+        """Ask ``question`` instead of the active branch's turn ``turn_index``,
+        on a new branch (see :meth:`turnledger.sessions.Hub.edit`).
+
+        Raises:
+            UnknownSession, UnknownTurn: nothing was written.
+
+        Cancellation: the question may still have been sent; submit again
+        with the same ``request_id`` to join it without asking twice.
+        """
+        require_asyncio("Hub.edit")
+
+        async def call() -> Any:
+            return await self._hub.edit(session_id, turn_index, question, request_id=request_id)
+
+        return TurnHandle(self._bridge, await self._bridge.run(call))
+
+    async def regenerate(self, session_id: str, *, request_id: str | None = None) -> TurnHandle:
+        """Ask the last question again on a new branch (see
+        :meth:`turnledger.sessions.Hub.regenerate`).
+
+        Raises:
+            UnknownSession, UnknownTurn: nothing was written.
+
+        Cancellation: as for :meth:`edit`.
+        """
+        require_asyncio("Hub.regenerate")
+
+        async def call() -> Any:
+            return await self._hub.regenerate(session_id, request_id=request_id)
+
+        return TurnHandle(self._bridge, await self._bridge.run(call))
+
+    async def switch(self, session_id: str, branch: str) -> None:
+        """Make ``branch`` the active branch (see :meth:`turnledger.sessions.Hub.switch`).
+
+        Raises:
+            UnknownSession, UnknownBranch, SessionBusy: nothing was written.
+
+        Cancellation: the switch happened or it did not; :meth:`branches` tells.
+        """
+        require_asyncio("Hub.switch")
+        await self._bridge.run(self._hub.switch, session_id, branch)
+
+    async def branches(self, session_id: str) -> tuple[BranchInfo, ...]:
+        """Every branch of the session, ``main`` first (see
+        :meth:`turnledger.sessions.Hub.branches`)."""
+        require_asyncio("Hub.branches")
+        listed: tuple[BranchInfo, ...] = await self._bridge.run(self._hub.branches, session_id)
+        return listed
 
     def statistics(self) -> HubStatistics:
         """Counters for monitoring and tests."""

@@ -8,8 +8,10 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .. import UnknownBranch
 from ..events import (
     DEFAULT_CODEC,
+    BranchStarted,
     Event,
     EventStore,
     SessionStarted,
@@ -19,7 +21,7 @@ from ..events import (
     TurnRejected,
     TurnSubmitted,
 )
-from ..sessions import replay
+from ..sessions import branch_turns, replay
 from ._args import at_least, text_arg
 from ._display import Out, fmt_time, print_json, visible
 from ._errors import EXIT_NOT_FOUND, EXIT_OK, Exit
@@ -39,10 +41,19 @@ def _usage(event: TurnCommitted) -> dict[str, int | None] | None:
     }
 
 
-def export_record(session_id: str, stored: Sequence[StoredEvent]) -> dict[str, Any]:
+def export_record(
+    session_id: str, stored: Sequence[StoredEvent], branch: str | None = None
+) -> dict[str, Any]:
     """One session as ``export --format json`` writes it: its settings, the
     committed turns in order (the ``replay --json`` fields plus times,
-    finish reason and usage), and, apart, the turns that were not saved."""
+    finish reason and usage), and, apart, the turns that were not saved.
+
+    A session that has branched exports one branch's path (``branch``, by
+    default the active one), named in ``branch``.
+
+    Raises:
+        UnknownBranch: the session has no branch ``branch``.
+    """
     record: dict[str, Any] = {
         "session_id": session_id,
         "model": None,
@@ -52,8 +63,10 @@ def export_record(session_id: str, stored: Sequence[StoredEvent]) -> dict[str, A
         "not_saved": [],
     }
     asked: dict[str, tuple[str, float]] = {}
+    events: list[Event] = []
     for env in stored:
         event = DEFAULT_CODEC.decode(env)
+        events.append(event)
         at = fmt_time(env.recorded_at)
         if isinstance(event, SessionStarted):
             record.update(model=event.model, system=event.system, started_at=at)
@@ -86,6 +99,12 @@ def export_record(session_id: str, stored: Sequence[StoredEvent]) -> dict[str, A
                     "after_turn": len(record["turns"]),
                 }
             )
+    if branch is not None or any(isinstance(e, BranchStarted) for e in events):
+        state = replay(events)
+        name = state.active_branch if branch is None else branch
+        committed = {t["request_id"]: t for t in record["turns"]}
+        record["turns"] = [committed[t.request_id] for t in branch_turns(state, name)]
+        record["branch"] = name
     return record
 
 
@@ -137,7 +156,10 @@ async def _cmd_export(args: argparse.Namespace) -> int:
         await store.aclose()
     if not stored:
         raise Exit(EXIT_NOT_FOUND, f"no events for session {args.session!r}")
-    record = export_record(args.session, stored)
+    try:
+        record = export_record(args.session, stored, args.branch)
+    except UnknownBranch as exc:
+        raise Exit(EXIT_NOT_FOUND, str(exc)) from None
     if args.format == "json":
         print_json(record)
     else:
@@ -263,6 +285,8 @@ def add_browse_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="the session to export, e.g. chat")  # fmt: skip
     e.add_argument("--format", choices=["md", "json"], default="md",
                    help="Markdown, or one JSON document (default: %(default)s)")  # fmt: skip
+    e.add_argument("--branch", type=text_arg, metavar="B",
+                   help="the turns of branch B (main, b1, ...); default: the active")  # fmt: skip
     e.set_defaults(run=_cmd_export)
 
     s = sub.add_parser(

@@ -16,7 +16,7 @@ import attrs
 import httpx
 import trio
 
-from .. import ProviderSettingsError, __version__
+from .. import InvalidCommand, ProviderSettingsError, UnknownTurn, __version__
 from ..adapters.providers import PROVIDER_KINDS
 from ..events import DEFAULT_CODEC, EventStore, Window
 from ..sessions import (
@@ -342,7 +342,11 @@ async def _run_chat(args: argparse.Namespace) -> int:
 
 _HELP = """commands:
   /help          this list
-  /history       the turns of this session that were saved
+  /history       the turns of this session that were saved (the active branch's)
+  /edit N TEXT   ask TEXT instead of question N of /history, on a new branch
+  /retry         ask the last question again, on a new branch
+  /branches      the branches of this session; * marks the active one
+  /switch B      go on from branch B (main, b1, ...)
   /new           start a fresh session (this one stays in the store)
   /exit, /quit   end the chat (so do exit, quit, Ctrl-D and Ctrl-C at the prompt)
 Enter asks; Esc-Enter (or Alt-Enter) starts a new line; a pasted block is one question.
@@ -456,16 +460,22 @@ class _Conversation:
             if command.lower() in ("exit", "quit"):
                 return
             if command.startswith("/") and not command.startswith("//"):
-                if not await self.command(command):
+                if not await self.command(command, hub):
                     return
             elif "\0" in text:
                 self.fail("refused: the question holds a NUL character")
             elif command:
                 await self.ask(hub, text[1:] if command.startswith("//") else text)
 
-    async def command(self, command: str) -> bool:
+    async def command(self, command: str, hub: Hub) -> bool:
         """Run a /command; False to end the chat."""
         name = command.split()[0].lower()
+        if name in ("/edit", "/retry", "/branches", "/switch"):
+            try:
+                await self.branch_command(name, command, hub)
+            except InvalidCommand as exc:  # an unknown turn or branch, busy
+                self.fail(f"refused: {exc}")
+            return True
         if name in ("/exit", "/quit"):
             return False
         if name == "/help":
@@ -479,6 +489,35 @@ class _Conversation:
             self.say(f"unknown command {visible(name)}: /help lists them", Look.RED)
         return True
 
+    async def branch_command(self, name: str, command: str, hub: Hub) -> None:
+        """/edit N TEXT, /retry, /branches and /switch B."""
+        parts = command.split(maxsplit=2)
+        if name == "/retry":
+            await self.run_turn(await hub.regenerate(self.session_id))
+        elif name == "/edit":
+            if len(parts) < 3 or not parts[1].isdigit() or int(parts[1]) < 1:
+                self.fail("usage: /edit N TEXT (N: the question's number in /history)")
+                return
+            try:
+                turn = await hub.edit(self.session_id, int(parts[1]) - 1, parts[2])
+            except UnknownTurn:
+                self.fail(f"refused: no question {parts[1]} on this branch (see /history)")
+                return
+            await self.run_turn(turn)
+        elif name == "/switch":
+            if len(parts) != 2:
+                self.fail("usage: /switch B (a branch /branches lists)")
+                return
+            await hub.switch(self.session_id, parts[1])
+            turns = len(await hub.history(self.session_id))
+            self.say(f"on branch {visible(parts[1])}: {turns} turns", Look.DIM)
+        else:
+            for b in await hub.branches(self.session_id):
+                mark = "*" if b.active else " "
+                start = "" if b.parent is None else f" from {b.parent} after {b.at_turn} turns"
+                kind = "" if b.kind is None else f" ({b.kind})"
+                self.say(f"{mark} {b.branch_id}{start}{kind}: {b.length} turns")
+
     async def history(self) -> None:
         events = await self.store.read_decoded(self.session_id, DEFAULT_CODEC)
         turns = replay(events).turns if events else ()
@@ -491,7 +530,10 @@ class _Conversation:
     async def ask(self, hub: Hub, question: str) -> None:
         """One turn: the answer streams as it arrives (after a spinner on a
         terminal); an outcome other than committed is reported on stderr."""
-        turn = await hub.submit(self.session_id, question)
+        await self.run_turn(await hub.submit(self.session_id, question))
+
+    async def run_turn(self, turn: TurnHandle) -> None:
+        """Stream one turn's answer and report an outcome other than committed."""
         self.current = turn
         shown = ""
         spinner = Spinner(self.look)

@@ -99,6 +99,8 @@ async def _run_demo(args: argparse.Namespace) -> int:
                 ok = await demo.scenes()
                 ok &= await demo.late_completion()
                 ok &= await demo.tool_scenes()
+                ok &= await demo.branch_scene()
+                ok &= await demo.erase_scene()
             ok &= await demo.every_protocol()
     finally:
         await store.aclose()
@@ -430,11 +432,56 @@ class _Demo:
             self.tool_history = await hub.history(session)
         return ok
 
+    async def branch_scene(self) -> bool:
+        """Edit and regenerate: branches in the ledger, nothing rewritten."""
+        out = self.out
+        session = self.session + "-branches"
+        out()
+        out("── 11. Edit an earlier question, ask again, go back: branches, nothing rewritten")
+        async with open_hub(self.store, self.provider, model="demo-model", system=_SYSTEM) as hub:
+            for q, a in (("Name a colour.", "Blue."), ("And a fruit?", "A pear.")):
+                self.server.enqueue(self.slow(a, pause=0.01))
+                await (await hub.submit(session, q)).outcome()
+            self.server.enqueue(self.slow("Red.", pause=0.01))
+            edited = await (await hub.edit(session, 0, "Name a warm colour.")).outcome()
+            out("  /edit 1 'Name a warm colour.' → " + describe(edited))
+            self.server.enqueue(self.slow("Orange.", pause=0.01))
+            again = await (await hub.regenerate(session)).outcome()
+            out("  /retry → " + describe(again))
+            for b in await hub.branches(session):
+                mark = "*" if b.active else " "
+                start = "" if b.parent is None else f" ({b.kind} of turn {b.at_turn + 1})"
+                out(f"  {mark} {b.branch_id:8s} {b.length} turn(s){start}")
+            now = [t.answer for t in await hub.history(session)]
+            await hub.switch(session, "main")
+            back = [t.answer for t in await hub.history(session)]
+            out(f"  history now {now}; after /switch main {back}")
+        ok = now == ["Orange."] and back == ["Blue.", "A pear."]
+        return ok and isinstance(edited, CommittedResult) and isinstance(again, CommittedResult)
+
+    async def erase_scene(self) -> bool:
+        """Erasure: the session's events leave the store; a tombstone stays."""
+        out = self.out
+        session = self.session + "-erased"
+        out()
+        out("── 12. Erased on request: the session's events leave the store")
+        async with open_hub(self.store, self.provider, model="demo-model", system=_SYSTEM) as hub:
+            self.server.enqueue(self.slow("Noted.", pause=0.01))
+            await (await hub.submit(session, "My card number is 4111 1111 1111 1111.")).outcome()
+            before = len(await self.store.read(session))
+            record = await hub.erase(session)
+            left = len(await self.store.read(session))
+        at = dt.datetime.fromtimestamp(record.erased_at, dt.UTC)
+        out(f"  hub.erase: {before} events before, {left} after")
+        out(f"  the store keeps a tombstone: {record.events} events erased at {at:%H:%M:%S} UTC,")
+        out(f"  under the id's hash {record.session_hash[:16]}… (never the id, never its text)")
+        return left == 0 and record.events == before > 0
+
     async def every_protocol(self) -> bool:
         """One turn through each wire protocol, each in a session of its own."""
         out = self.out
         out()
-        out("── 10. One turn through each wire protocol, the same rules for all")
+        out("── 13. One turn through each wire protocol, the same rules for all")
         ok = True
         for name, wire in PROVIDER_KINDS.items():
             self.protocol = name  # type: ignore[assignment]

@@ -11,9 +11,10 @@ from typing import Any
 
 import attrs
 
+from .. import UnknownBranch
 from ..adapters.stores import PostgresStore, SessionLease
 from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
-from ..sessions import SessionState, Turn, replay, subject_of
+from ..sessions import SessionState, Turn, branch_turns, branches_of, replay, subject_of
 from ..sessions._replay import Item, StateDecoder, fold_items
 from ..timeline import phase_name, session_summary, timeline
 from ._args import at_least, text_arg
@@ -92,25 +93,41 @@ async def _replay_states(store: EventStore, args: argparse.Namespace) -> dict[st
 
 async def _cmd_replay(args: argparse.Namespace) -> int:
     at: int | None = args.at
+    branch: str | None = args.branch
+    if branch is not None and args.session is None:
+        raise Exit(EXIT_USAGE, "--branch needs --session: a branch belongs to one session")
     store = await open_to_read(args.db)
     try:
         found = await _replay_states(store, args)
     finally:
         await store.aclose()
     for sid, state in found.items():
-        turns = [_turn_json(t) for t in state.turns]
+        path = state.turns
+        if branch is not None:
+            try:
+                path = branch_turns(state, branch)
+            except UnknownBranch:
+                names = ", ".join(b.branch_id for b in branches_of(state))
+                raise Exit(
+                    EXIT_NOT_FOUND,
+                    f"no branch {visible(branch)} in session {visible(sid)} (it has {names})",
+                ) from None
+        turns = [_turn_json(t) for t in path]
         if args.json:
-            print_json(
-                {
-                    "session_id": sid,
-                    "version": state.version,
-                    "phase": phase_name(state),
-                    "context_start": state.context_start,
-                    "turns": turns,
-                }
-            )
+            out: dict[str, Any] = {
+                "session_id": sid,
+                "version": state.version,
+                "phase": phase_name(state),
+                "context_start": state.context_start,
+                "turns": turns,
+            }
+            if branch is not None:
+                out["branch"] = branch
+            print_json(out)
             continue
         where = f" at seq {state.version}" if at is not None else ""
+        if branch is not None:
+            where += f", branch {visible(branch)}"
         phase = phase_name(state)
         print(
             f"session {visible(sid)}{where}: {len(turns)} turns, {phase}, version {state.version}"
@@ -310,6 +327,12 @@ def add_read_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     r.add_argument("--session", "-s", type=text_arg, help="only this session")
     r.add_argument("--at", type=at_least(0), metavar="SEQ", help="as it stood after event SEQ")
     r.add_argument("--json", action="store_true", help="one JSON object per session")
+    r.add_argument(
+        "--branch",
+        type=text_arg,
+        metavar="B",
+        help="the turns of branch B (main, b1, ...) instead of the active one (needs --session)",
+    )
     r.set_defaults(run=_cmd_replay)
 
     lg = sub.add_parser(

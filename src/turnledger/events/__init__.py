@@ -7,9 +7,15 @@ This package is pure: it imports no trio, httpx, sqlite3 or structlog.
 
 from ._envelope import StoredEvent
 from ._events import (
+    BRANCH_KINDS,
     DISCARD_REASONS,
+    MAIN_BRANCH,
     REJECT_REASONS,
     WINDOW_SOURCES,
+    BranchId,
+    BranchKind,
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     DiscardReason,
     Event,
@@ -40,13 +46,19 @@ from ._store import BaseEventStore, Erasure, EventDecoder, EventStore, PayloadNo
 from .codec import DEFAULT_CODEC, SCHEMA_VERSIONS, WIRE_TAGS, EventCodec
 
 __all__ = [
+    "BRANCH_KINDS",
     "DEFAULT_CODEC",
     "DISCARD_REASONS",
+    "MAIN_BRANCH",
     "REJECT_REASONS",
     "SCHEMA_VERSIONS",
     "WINDOW_SOURCES",
     "WIRE_TAGS",
     "BaseEventStore",
+    "BranchId",
+    "BranchKind",
+    "BranchStarted",
+    "BranchSwitched",
     "CompletionIgnored",
     "DiscardReason",
     "Erasure",

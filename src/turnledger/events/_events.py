@@ -14,9 +14,15 @@ from typing import Final, Literal, NewType, TypeAlias, get_args
 import attrs
 
 __all__ = [
+    "BRANCH_KINDS",
     "DISCARD_REASONS",
+    "MAIN_BRANCH",
     "REJECT_REASONS",
     "WINDOW_SOURCES",
+    "BranchId",
+    "BranchKind",
+    "BranchStarted",
+    "BranchSwitched",
     "CompletionIgnored",
     "DiscardReason",
     "Event",
@@ -46,6 +52,15 @@ __all__ = [
 
 SessionId = NewType("SessionId", str)
 RequestId = NewType("RequestId", str)
+#: A branch of a session's tree of turns: ``main`` (the root, every session
+#: has it), then ``b1``, ``b2``... in the order they were started.
+BranchId = NewType("BranchId", str)
+MAIN_BRANCH: Final = BranchId("main")
+
+#: Why a branch was started: an earlier question asked differently
+#: (``edit``), or the last question asked again (``regenerate``).
+BranchKind: TypeAlias = Literal["edit", "regenerate"]
+BRANCH_KINDS: Final[frozenset[str]] = frozenset(get_args(BranchKind))
 
 DiscardReason: TypeAlias = Literal[
     "cancelled",
@@ -312,6 +327,31 @@ class CompletionIgnored:
     usage: Usage | None = None
 
 
+@attrs.frozen
+class BranchStarted:
+    """A new branch starts from the active one: it keeps the active branch's
+    first ``at_turn`` turns and becomes the active branch. The
+    ``TurnSubmitted`` of ``request_id`` follows at once: the branch's first
+    question (the edited one, or the last one asked again).
+
+    Nothing of the branch it starts from changes: its turns stay in the
+    ledger and a switch back finds them as they were.
+    """
+
+    branch: BranchId
+    parent: BranchId
+    at_turn: int = attrs.field(validator=attrs.validators.ge(0))
+    kind: BranchKind
+    request_id: RequestId
+
+
+@attrs.frozen
+class BranchSwitched:
+    """The active branch changed: history is now ``branch``'s path."""
+
+    branch: BranchId
+
+
 Event: TypeAlias = (
     SessionStarted
     | TurnSubmitted
@@ -324,4 +364,6 @@ Event: TypeAlias = (
     | ToolCallsRequested
     | ToolResultRecorded
     | ToolRoundSubmitted
+    | BranchStarted
+    | BranchSwitched
 )

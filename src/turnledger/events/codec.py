@@ -22,6 +22,8 @@ from cattrs.strategies import configure_tagged_union
 from .._errors import CodecError, ContentEncrypted, UnknownEventTag
 from ._envelope import StoredEvent, envelope
 from ._events import (
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     Event,
     HistoryPolicy,
@@ -70,6 +72,8 @@ WIRE_TAGS: Final[Mapping[type[Any], str]] = {
     ToolResultRecorded: "tool_result_recorded",
     ToolRoundSubmitted: "tool_round_submitted",
     TurnRetried: "turn_retried",
+    BranchStarted: "branch_started",
+    BranchSwitched: "branch_switched",
 }
 _CLASSES: Final[Mapping[str, type[Any]]] = {tag: cls for cls, tag in WIRE_TAGS.items()}
 
@@ -86,6 +90,8 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "tool_result_recorded": 1,
     "tool_round_submitted": 1,
     "turn_retried": 1,
+    "branch_started": 1,
+    "branch_switched": 1,
 }
 
 #: The only field of an encrypted payload (see

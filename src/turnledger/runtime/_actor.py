@@ -75,6 +75,8 @@ from .._errors import (
 from ..events import (
     DEFAULT_CODEC,
     DISCARD_REASONS,
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     Event,
     RequestId,
@@ -105,13 +107,16 @@ from ..sessions._machine import (
 )
 from ..sessions._messages import (
     Completed,
+    Edit,
     Failed,
     Failure,
     Interrupt,
     Message,
+    Regenerate,
     ResponseStarted,
     Start,
     Submit,
+    Switch,
     Timeout,
     ToolDone,
 )
@@ -151,6 +156,12 @@ RETRY_MAX: Final = 5.0
 
 #: What a mailbox carries: a message, and the caller's ticket for a Submit.
 Item: TypeAlias = tuple[Message, Ticket | None]
+
+#: Messages that ask a question under a request id, with a caller's ticket
+#: (an edit and a regenerate ask on a new branch).
+_ASKS: Final = (Submit, Edit, Regenerate)
+#: Messages a caller sends with a ticket: the asks and a switch.
+_COMMANDS: Final = (Submit, Edit, Regenerate, Switch)
 
 #: An entry of :data:`EFFECTS`: ``(actor, message, event, state after the
 #: step, now)``; the event is of the type the entry is keyed by.
@@ -737,10 +748,12 @@ class Actor:
                     # Submits of a batch whose append was cancelled: the store
                     # says whether they were recorded.
                     for msg, ticket in interrupted:
-                        if isinstance(msg, Submit) and ticket is not None and not ticket.done:
+                        if isinstance(msg, _ASKS) and ticket is not None and not ticket.done:
                             self._adopt(msg.request_id, ticket)
                     # Results already queued still count; new questions do not.
-                    rest: list[Item] = [(m, None) for m, _ in queued if not isinstance(m, Submit)]
+                    rest: list[Item] = [
+                        (m, None) for m, _ in queued if not isinstance(m, _COMMANDS)
+                    ]
                     if rest:
                         await self._handle(rest)
                     if is_in_flight(self.state):
@@ -911,7 +924,15 @@ class Actor:
                 if flight is not None and current_request(state) == flight.request_id
                 else 0
             )
-            decided = decide(state, msg, budget=budget, preview_chars=preview)
+            try:
+                decided = decide(state, msg, budget=budget, preview_chars=preview)
+            except InvalidCommand as exc:
+                # A branch command's bad input (an unknown turn or branch, a
+                # switch while busy) is its caller's error, not the actor's.
+                if ticket is None or not isinstance(msg, _COMMANDS):
+                    raise
+                ticket.fail(exc)
+                continue
             if info:
                 step = _fold(state, decided, msg, ticket, log=True)
                 state = step[3]
@@ -1047,7 +1068,13 @@ class Actor:
                     raise
         state = self.state
         for msg, ticket in batch:
-            if ticket is None or ticket.done or not isinstance(msg, Submit):
+            if ticket is not None and isinstance(msg, Switch):
+                # Recorded (a write whose answer was lost) or not.
+                if state.active_branch == msg.branch:
+                    ticket.settle()
+                else:
+                    ticket.fail(exc)
+            if ticket is None or ticket.done or not isinstance(msg, _ASKS):
                 continue
             rid = msg.request_id
             ending = ending_of(state, rid)
@@ -1133,7 +1160,7 @@ class Actor:
         # (A local: the table is looked up once a batch, not once an event.)
         effects = EFFECTS
         for msg, ticket, events, after, logged in steps:
-            if ticket is not None and isinstance(msg, Submit):
+            if ticket is not None and isinstance(msg, _ASKS):
                 self._wait_for(msg.request_id, ticket)
             for i, ev in enumerate(events):
                 if logged:
@@ -1149,7 +1176,9 @@ class Actor:
                 # is one of these, and every streamed turn records one.)
                 if effect is not None:
                     effect(self, msg, ev, after, now)
-            if not events and ticket is not None and isinstance(msg, Submit):
+            if ticket is not None and isinstance(msg, Switch):
+                ticket.settle()  # switched (or already on that branch)
+            if not events and ticket is not None and isinstance(msg, _ASKS):
                 # A request id seen before: a client retry, never recorded twice.
                 ending = ending_of(after, msg.request_id)
                 if ending is not None and ending.kind != "in_flight":
@@ -1269,7 +1298,7 @@ class Actor:
     ) -> None:
         # Only a turn this actor decided goes out from here (one read back
         # from the store belongs to whoever wrote it).
-        if isinstance(msg, Submit) and msg.request_id == ev.request_id:
+        if isinstance(msg, _ASKS) and msg.request_id == ev.request_id:
             cfg = self.rt.config
             deadline = now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
             flight = self._flight = _Flight(self, ev.request_id, deadline, now)
@@ -1516,4 +1545,8 @@ EFFECTS: Final[Mapping[type[Event], _Effect | None]] = {
     ToolCallsRequested: Actor._on_tools_requested,
     ToolResultRecorded: None,
     ToolRoundSubmitted: Actor._on_round_submitted,
+    # The recorded state is all there is to a branch starting (its question's
+    # TurnSubmitted follows) or switched (its caller's ticket is settled).
+    BranchStarted: None,
+    BranchSwitched: None,
 }

@@ -26,9 +26,17 @@ from typing import final
 import attrs
 import trio
 
-from .._errors import InvalidCommand, SessionClosed, StoreCapReached, describe_store_error
+from .._errors import (
+    InvalidCommand,
+    SessionClosed,
+    StoreCapReached,
+    StoreError,
+    UnknownSession,
+    describe_store_error,
+)
 from .._loops import require_trio
 from ..events import (
+    BranchId,
     Erasure,
     EventStore,
     HistoryPolicy,
@@ -37,9 +45,10 @@ from ..events import (
     RequestId,
     ToolErrorPolicy,
 )
+from ..sessions._branches import BranchInfo
 from ..sessions._history import Turn
-from ..sessions._machine import SessionState
-from ..sessions._messages import Cancel, Start, Submit
+from ..sessions._machine import SessionState, branches_of, decide
+from ..sessions._messages import Cancel, Edit, Regenerate, Start, Submit, Switch
 from ..sessions._ports import Provider
 from ..sessions._projection import Budget, CharTokenEstimator, TokenEstimator
 from ..sessions._results import RejectedResult, TurnResult
@@ -115,6 +124,12 @@ def uuid4_hex() -> str:
             return _ids.pop()
         except IndexError:  # none left (or another thread took the last)
             _ids.extend(_draw_ids())
+
+
+def _new_request_id(request_id: str | None) -> RequestId:
+    if request_id is not None:
+        _check_id("request id", request_id)
+    return RequestId(uuid4_hex() if request_id is None else request_id)
 
 
 def _check_id(what: str, value: object) -> None:
@@ -256,6 +271,10 @@ class TurnHandle:
             await trio.lowlevel.wait_task_rescheduled(ticket.park())
         if ticket.result is None:
             assert ticket.error is not None
+            if isinstance(ticket.error, InvalidCommand):
+                # An edit or a regenerate its session refused (the branch
+                # changed after the hub looked): nothing was written.
+                raise ticket.error
             raise SessionClosed(str(ticket.error)) from ticket.error.__cause__
         return ticket.result
 
@@ -544,8 +563,108 @@ class Hub:
         return await rt.windows.start(rt.provider, self._config.start, rt.config, _window_log)
 
     async def history(self, session_id: str) -> tuple[Turn, ...]:
-        """The session's committed turns, oldest first."""
+        """The session's committed turns, oldest first (the active branch's path)."""
         return tuple((await self.state(session_id)).turns)
+
+    # -- branches --------------------------------------------------------------
+
+    async def edit(
+        self, session_id: str, turn_index: int, question: str, *, request_id: str | None = None
+    ) -> TurnHandle:
+        """Ask ``question`` instead of turn ``turn_index`` (from 0) of the
+        active branch: a new branch keeps the turns before it, becomes the
+        active branch and asks the question. The branch it started from keeps
+        every turn; :meth:`switch` goes back to it.
+
+        A question that is empty, over budget or arrives while a turn is in
+        flight is handled as :meth:`submit` handles it (a
+        :class:`RejectedResult`, or under ``supersede`` the turn in flight is
+        discarded); a rejected edit starts no branch.
+
+        Raises:
+            UnknownSession: no session has this id (nothing is created).
+            UnknownTurn: the active branch has no turn ``turn_index``;
+                nothing was written. (If the branch changes between this
+                check and the session's own, :meth:`TurnHandle.outcome`
+                raises it instead.)
+            SessionClosed: the hub is closed.
+
+        Cancellation: if cancelled, the question was not sent.
+        """
+        rid = _new_request_id(request_id)
+        return await self._ask_on_branch(session_id, Edit(rid, turn_index, question))
+
+    async def regenerate(self, session_id: str, *, request_id: str | None = None) -> TurnHandle:
+        """Ask the active branch's last question again, on a new branch that
+        keeps the turns before it (the answer it had stays on the old branch).
+
+        Raises:
+            UnknownSession: no session has this id.
+            UnknownTurn: the active branch has no turn yet.
+            SessionClosed: the hub is closed.
+
+        Cancellation: if cancelled, the question was not sent.
+        """
+        rid = _new_request_id(request_id)
+        return await self._ask_on_branch(session_id, Regenerate(rid))
+
+    async def switch(self, session_id: str, branch: str) -> None:
+        """Make ``branch`` the active branch: history is its path again, and
+        the next question continues it. Returns once the switch is recorded
+        (switching to the active branch records nothing).
+
+        Raises:
+            UnknownSession: no session has this id.
+            UnknownBranch: the session has no such branch; nothing was written.
+            SessionBusy: a turn is in flight and the busy policy is
+                ``reject`` (under ``supersede`` the turn is discarded first).
+            StoreError: the store refused to record the switch (a full
+                disk, an I/O error); the active branch is unchanged.
+            SessionClosed: the hub is closed, or the session stopped.
+
+        Cancellation: if cancelled before the switch was queued, nothing was
+        sent; afterwards the switch happens and only the wait is abandoned.
+        """
+        msg = Switch(BranchId(branch))
+        await self._check_command(session_id, msg)
+        ticket = Ticket()
+        await self._send(session_id, (msg, ticket))
+        while not ticket.done:
+            await ticket.wait()
+        error = ticket.error
+        if isinstance(error, (InvalidCommand, StoreError)):
+            raise error  # refused, or not recorded: the active branch is unchanged
+        if error is not None:
+            raise SessionClosed(str(error)) from error.__cause__
+
+    async def branches(self, session_id: str) -> tuple[BranchInfo, ...]:
+        """Every branch of the session, ``main`` first, with where it starts,
+        its length, its newest turn's request id and whether it is active.
+
+        Raises:
+            UnknownSession: no session has this id.
+        """
+        return branches_of(await self._existing(session_id))
+
+    async def _existing(self, session_id: str) -> SessionState:
+        state = await self.state(session_id)
+        if state.config is None:
+            raise UnknownSession(f"no session {session_id!r}")
+        return state
+
+    async def _check_command(self, session_id: str, msg: Edit | Regenerate | Switch) -> None:
+        # The session's own decision on the hub's view of it, thrown away: a
+        # bad turn or branch is refused here, before anything is sent, with
+        # the error the session itself would give.
+        _check_id("session id", session_id)
+        state = await self._existing(session_id)
+        decide(state, msg, budget=self._runtime.budget)
+
+    async def _ask_on_branch(self, session_id: str, msg: Edit | Regenerate) -> TurnHandle:
+        await self._check_command(session_id, msg)
+        ticket = Ticket()
+        await self._send(session_id, (msg, ticket))
+        return TurnHandle(self, session_id, msg.request_id, ticket)
 
     # -- erasure and retention -------------------------------------------------
 

@@ -16,6 +16,8 @@ import structlog
 from .._logging import library_logger
 from ..events import (
     WIRE_TAGS,
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     Event,
     SessionStarted,
@@ -33,11 +35,14 @@ from ..sessions._machine import SessionState, current_request, ending_of
 from ..sessions._messages import (
     Cancel,
     Completed,
+    Edit,
     Failed,
     Interrupt,
     Message,
+    Regenerate,
     Start,
     Submit,
+    Switch,
     Timeout,
     safe_finish_reason,
 )
@@ -164,11 +169,18 @@ def message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
     # ``request_id`` is always the request the message is about (or the one
     # in flight, for Cancel() and Interrupt), so one jq filter on it shows
     # every line of a request's story, including stale ones.
-    if isinstance(msg, Submit):
+    if isinstance(msg, (Submit, Edit, Regenerate)):
         out["request_id"] = msg.request_id
         # A request id seen before (a retry) changes nothing.
         out["stale"] = ending_of(state, msg.request_id) is not None
-        out["question_chars"] = len(msg.question)
+        if not isinstance(msg, Regenerate):
+            out["question_chars"] = len(msg.question)
+        if isinstance(msg, Edit):
+            out["turn_index"] = msg.turn_index
+    elif isinstance(msg, Switch):
+        out["request_id"] = current
+        out["stale"] = msg.branch == state.active_branch
+        out["branch"] = msg.branch
     elif isinstance(msg, Cancel):
         out["request_id"] = current if msg.request_id is None else msg.request_id
         out["stale"] = current is None or (msg.request_id not in (None, current))
@@ -201,7 +213,16 @@ def transition_fields(event: Event) -> dict[str, Any]:
         out["output_reserve"] = event.output_reserve
         out["window_source"] = event.window_source
         return out
+    if isinstance(event, BranchSwitched):
+        out["request_id"] = None
+        out["branch"] = event.branch
+        return out
     out["request_id"] = event.request_id
+    if isinstance(event, BranchStarted):
+        out["branch"] = event.branch
+        out["parent"] = event.parent
+        out["at_turn"] = event.at_turn
+        out["kind"] = event.kind
     if isinstance(event, TurnSubmitted):
         out["question_chars"] = len(event.question)
         out["turns_sent"] = event.turns_sent

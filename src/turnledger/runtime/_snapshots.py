@@ -89,8 +89,14 @@ async def write_snapshot(
     is logged (``snapshot_failed``), never raised: a snapshot is an
     optimisation, the events stay the truth.
 
+    A session that has branched is not snapshotted: a snapshot holds one
+    path of turns, and the tree is rebuilt from the events (after the last
+    snapshot taken before the session branched, if any).
+
     Cancellation: a cancelled call saved the snapshot or did not.
     """
+    if state.branches:
+        return False
     try:
         snap = await trio.to_thread.run_sync(
             take_snapshot, session_id, state, anchor_tag, anchor_at

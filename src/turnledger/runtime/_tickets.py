@@ -27,12 +27,14 @@ class Ticket:
     count.
     """
 
-    __slots__ = ("_chunks", "_first", "_more", "error", "result")
+    __slots__ = ("_chunks", "_first", "_more", "error", "result", "settled")
 
     def __init__(self) -> None:
         self._chunks: list[str] | None = None
         self.result: TurnResult | None = None
         self.error: BaseException | None = None
+        #: Done with neither result nor error: a command with no turn (a switch).
+        self.settled = False
         self._first: trio.lowlevel.Task | None = None
         self._more: list[trio.lowlevel.Task] | None = None
 
@@ -46,7 +48,7 @@ class Ticket:
 
     @property
     def done(self) -> bool:
-        return self.result is not None or self.error is not None
+        return self.result is not None or self.error is not None or self.settled
 
     async def wait(self) -> None:
         """Wait until the ticket changes (a chunk, the result or an error).
@@ -110,6 +112,12 @@ class Ticket:
     def resolve(self, result: TurnResult) -> None:
         if not self.done:
             self.result = result
+            self._wake()
+
+    def settle(self) -> None:
+        """End a ticket that has no turn to report (a switch that happened)."""
+        if not self.done:
+            self.settled = True
             self._wake()
 
     def fail(self, error: BaseException) -> None:

@@ -30,16 +30,37 @@ class WindowCache:
     def __init__(self, timeout: float = DESCRIBE_TIMEOUT) -> None:
         self._timeout = timeout
         self._info: dict[str, ModelInfo] = {}
-        self._locks: dict[str, trio.Lock] = {}
+        #: The models being asked about now, each with the event set when
+        #: the asking ends (answered, or the asker cancelled).
+        self._asking: dict[str, trio.Event] = {}
 
     async def info(self, provider: Provider, model: str, given: int | None, log: Any) -> ModelInfo:
-        """The provider's answer for ``model`` (a fallback if it has none)."""
-        lock = self._locks.setdefault(model, trio.Lock())
-        async with lock:
+        """The provider's answer for ``model`` (a fallback if it has none).
+
+        One caller asks; the others wait for its answer and are all woken at
+        once. (A lock held for the asking, as before, woke its waiters one
+        at a time, a scheduler pass each: a thousand sessions started
+        together waited a thousand passes, seconds under load.)
+
+        Cancellation: a waiter just stops waiting; an asker cancelled leaves
+        the asking to one of the waiters.
+        """
+        while True:
             known = self._info.get(model)
-            if known is None:
-                known = self._info[model] = await self._ask(provider, model, given, log)
-            return known
+            if known is not None:
+                await trio.lowlevel.checkpoint()
+                return known
+            asking = self._asking.get(model)
+            if asking is None:
+                break
+            await asking.wait()
+        asking = self._asking[model] = trio.Event()
+        try:
+            known = self._info[model] = await self._ask(provider, model, given, log)
+        finally:
+            del self._asking[model]
+            asking.set()
+        return known
 
     async def _ask(self, provider: Provider, model: str, given: int | None, log: Any) -> ModelInfo:
         info = await self._described(provider, model, given)

@@ -71,14 +71,18 @@ from .. import (
     DecodeError,
     EncryptionError,
     InvalidCommand,
+    SessionBusy,
     SessionClosed,
     SessionOwnedElsewhere,
     StoreError,
+    UnknownBranch,
     UnknownSession,
+    UnknownTurn,
 )
 from .._errors import describe_store_error
-from ..events import DEFAULT_CODEC, EventStore, StoredEvent
+from ..events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent
 from ..sessions import (
+    BranchInfo,
     Budget,
     CommittedResult,
     DiscardedResult,
@@ -551,6 +555,14 @@ class _Service:
             return ApiError(
                 503, "store_error", f"the session stopped: {type(cause).__name__} in its log"
             )
+        if isinstance(exc, UnknownSession):
+            return ApiError(404, "unknown_session", str(exc))
+        if isinstance(exc, UnknownTurn):
+            return ApiError(404, "unknown_turn", str(exc))
+        if isinstance(exc, UnknownBranch):
+            return ApiError(404, "unknown_branch", str(exc))
+        if isinstance(exc, SessionBusy):
+            return ApiError(409, "busy", str(exc))
         if isinstance(exc, InvalidCommand):
             return ApiError(400, "bad_request", str(exc))
         return ApiError(503, "store_error", "the event store failed")
@@ -572,6 +584,85 @@ class _Service:
         shape = _shape_refusal(question)
         if shape is not None:
             raise shape
+        start = partial(self.hub.submit, session_id, question, request_id=rid)
+        return await self._ask(session_id, question, rid, start)
+
+    async def edit(self, request: Request) -> Response:
+        """POST .../edit ``{"turn_index", "question", "request_id"?}``: the
+        question instead of the active branch's turn ``turn_index``, on a
+        new branch; answered as ``POST .../turns`` is (an SSE stream)."""
+        session_id = _path_id(request, "session_id")
+        body = await self._body(request)
+        unknown = set(body) - {"turn_index", "question", "request_id"}
+        if unknown:
+            raise ApiError(400, "bad_field", f"unknown fields: {', '.join(sorted(unknown))}")
+        index = body.get("turn_index")
+        if type(index) is not int:
+            raise ApiError(400, "bad_field", "turn_index must be an integer")
+        question = body.get("question")
+        if not isinstance(question, str):
+            raise ApiError(400, "bad_field", "question must be a string")
+        rid = body.get("request_id")
+        if rid is not None:
+            _check_id("request_id", rid)
+        shape = _shape_refusal(question)
+        if shape is not None:
+            raise shape
+        start = partial(self.hub.edit, session_id, index, question, request_id=rid)
+        return await self._ask(session_id, question, rid, start, branch=True)
+
+    async def regenerate(self, request: Request) -> Response:
+        """POST .../regenerate ``{"request_id"?}``: the last question asked
+        again on a new branch; answered as ``POST .../turns`` is."""
+        session_id = _path_id(request, "session_id")
+        body = await self._body(request, empty=True)
+        unknown = set(body) - {"request_id"}
+        if unknown:
+            raise ApiError(400, "bad_field", f"unknown fields: {', '.join(sorted(unknown))}")
+        rid = body.get("request_id")
+        if rid is not None:
+            _check_id("request_id", rid)
+        start = partial(self.hub.regenerate, session_id, request_id=rid)
+        return await self._ask(session_id, None, rid, start, branch=True)
+
+    async def switch(self, request: Request) -> Response:
+        """POST .../switch ``{"branch"}``: make a branch the active one."""
+        session_id = _path_id(request, "session_id")
+        body = await self._body(request)
+        unknown = set(body) - {"branch"}
+        if unknown:
+            raise ApiError(400, "bad_field", f"unknown fields: {', '.join(sorted(unknown))}")
+        branch = body.get("branch")
+        if not isinstance(branch, str):
+            raise ApiError(400, "bad_field", "branch must be a string")
+        try:
+            async with self.gates.hold(session_id):
+                await self.hub.switch(session_id, branch)
+                return _json(_branches_json(session_id, await self.hub.branches(session_id)))
+        except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
+            raise self._hub_error(exc) from None
+
+    async def branches(self, request: Request) -> Response:
+        """GET .../branches: every branch, ``main`` first, and the active one."""
+        session_id = _path_id(request, "session_id")
+        try:
+            listed = await self.hub.branches(session_id)
+        except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
+            raise self._hub_error(exc) from None
+        return _json(_branches_json(session_id, listed))
+
+    async def _ask(
+        self,
+        session_id: str,
+        question: str | None,
+        rid: str | None,
+        start: Callable[[], Awaitable[TurnHandle]],
+        *,
+        branch: bool = False,
+    ) -> Response:
+        """A question (``start`` asks it) answered as an SSE stream.
+        ``branch``: an edit or a regenerate (``question`` ``None``: the last
+        one again), which needs a session that exists."""
         # A slot among the turns starting (see ServeSettings.max_starting),
         # held until the turn's first delta or its end: the relay gives it back.
         slot = object()
@@ -584,14 +675,19 @@ class _Service:
                 # budget) cannot be overtaken by another POST of this process.
                 async with self.gates.hold(session_id):
                     state = await self.hub.state(session_id)
-                    if rid is None or ending_of(state, rid) is None:
+                    if branch and state.config is None:
+                        raise ApiError(404, "unknown_session", f"no session {session_id!r}")
+                    if question is None:
+                        # (no turn: the hub says so, unknown_turn)
+                        question = state.turns[-1].question if len(state.turns) else "?"
+                    if rid is None or ending_of(state, RequestId(rid)) is None:
                         first = None
                         if state.config is None and self.settings.new_session_budget:
                             first = await self.hub.new_session_start()
                         refused = self._refusal(session_id, state, question, first)
                         if refused is not None:
                             raise refused
-                    handle = await self.hub.submit(session_id, question, request_id=rid)
+                    handle = await start()
                     key = (session_id, handle.request_id)
                     await self._admitted(handle)
                 if handle.done:
@@ -848,6 +944,15 @@ def _describe_rejection(result: RejectedResult) -> str:
         "store_error": f"the event store failed: {result.detail}",
         "limit": f"the event store is full: {result.detail}",
     }.get(result.reason, result.reason)
+
+
+def _branches_json(session_id: str, listed: tuple[BranchInfo, ...]) -> dict[str, Any]:
+    active = next((b.branch_id for b in listed if b.active), "main")
+    return {
+        "session_id": session_id,
+        "active_branch": active,
+        "branches": [attrs.asdict(b) for b in listed],
+    }
 
 
 def _state_json(session_id: str, state: Any) -> dict[str, Any]:
@@ -1133,6 +1238,10 @@ def create_app(
             Route(f"/v1/sessions/{sid}/timeline", svc.timeline),
             Route(f"/v1/sessions/{sid}/follow", svc.follow),
             Route(f"/v1/sessions/{sid}/turns", svc.submit, methods=["POST"]),
+            Route(f"/v1/sessions/{sid}/edit", svc.edit, methods=["POST"]),
+            Route(f"/v1/sessions/{sid}/regenerate", svc.regenerate, methods=["POST"]),
+            Route(f"/v1/sessions/{sid}/switch", svc.switch, methods=["POST"]),
+            Route(f"/v1/sessions/{sid}/branches", svc.branches),
             Route(f"{turn}/stream", svc.reattach),
             Route(f"{turn}/cancel", svc.cancel, methods=["POST"]),
         ],

@@ -36,6 +36,7 @@ Names that sound alike, by layer:
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from ._branches import Branch, BranchInfo
 from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
 from ._machine import (
     EVENT_TRANSITIONS,
@@ -49,6 +50,8 @@ from ._machine import (
     Pending,
     SessionState,
     Streaming,
+    branch_turns,
+    branches_of,
     decide,
     ending_of,
     evolve,
@@ -61,13 +64,16 @@ from ._machine import (
 from ._messages import (
     Cancel,
     Completed,
+    Edit,
     Failed,
     Failure,
     Interrupt,
     Message,
+    Regenerate,
     ResponseStarted,
     Start,
     Submit,
+    Switch,
     Timeout,
     ToolDone,
 )
@@ -111,6 +117,8 @@ __all__ = [
     "TRANSITIONS",
     "AnswersAtOnce",
     "AwaitingTools",
+    "Branch",
+    "BranchInfo",
     "Budget",
     "Cancel",
     "CharTokenEstimator",
@@ -123,6 +131,7 @@ __all__ = [
     "DescribesModels",
     "Discarded",
     "DiscardedResult",
+    "Edit",
     "Ending",
     "Endings",
     "Failed",
@@ -139,6 +148,7 @@ __all__ = [
     "Pending",
     "Plan",
     "Provider",
+    "Regenerate",
     "RejectedResult",
     "RequestEncoder",
     "ResponseStarted",
@@ -150,6 +160,7 @@ __all__ = [
     "StreamSink",
     "Streaming",
     "Submit",
+    "Switch",
     "Timeout",
     "TokenEstimator",
     "Tool",
@@ -161,6 +172,8 @@ __all__ = [
     "Turn",
     "TurnHandle",
     "TurnResult",
+    "branch_turns",
+    "branches_of",
     "build_messages",
     "decide",
     "ending_of",

@@ -128,6 +128,14 @@ class History(_Shared[Turn], Sequence[Turn]):
         prefix = self._prefix if shared else {k: v[: self._n + 1] for k, v in self._prefix.items()}
         return History._view(items, self._n + 1, prefix)
 
+    def upto(self, n: int) -> History:
+        """The first ``n`` turns, as a view that shares this one's storage
+        (O(1)): where a branch starts. Appending to it copies, as for any
+        older view; ``self`` is unchanged."""
+        if not 0 <= n <= self._n:
+            raise IndexError("history length out of range")
+        return History._view(self._items, n, self._prefix)
+
     def extend(self, turns: Sequence[Turn]) -> History:
         """A new history with ``turns`` at the end: what appending each in
         turn gives, with one view built instead of one per turn (the

@@ -69,8 +69,11 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
-from .._errors import InvalidCommand, ReplayError
+from .._errors import InvalidCommand, ReplayError, SessionBusy, UnknownBranch, UnknownTurn
 from ..events import (
+    BranchKind,
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     Event,
     RequestId,
@@ -87,17 +90,21 @@ from ..events import (
     TurnSubmitted,
     Window,
 )
+from ._branches import Branch, branch_records, find_branch, next_branch_id
 from ._budgets import calibrated, cap_after_overflow, looks_like_overflow, prompt_token_cap
-from ._history import Ending, ToolResult, ToolRound, Turn
+from ._history import Ending, History, ToolResult, ToolRound, Turn
 from ._messages import (
     Cancel,
     Completed,
+    Edit,
     Failed,
     Interrupt,
     Message,
+    Regenerate,
     ResponseStarted,
     Start,
     Submit,
+    Switch,
     Timeout,
     ToolDone,
     safe_finish_reason,
@@ -112,6 +119,8 @@ from ._phases import (
     Pending,
     SessionState,
     Streaming,
+    branch_turns,
+    branches_of,
     current_request,
     ending_of,
     initial_state,
@@ -134,6 +143,8 @@ __all__ = [
     "Pending",
     "SessionState",
     "Streaming",
+    "branch_turns",
+    "branches_of",
     "current_request",
     "decide",
     "ending_of",
@@ -168,6 +179,11 @@ TRANSITIONS: Final[_MessageTable] = {
         Completed: frozenset({Idle}),
         Failed: frozenset({Idle}),
         ToolDone: frozenset({Idle}),
+        # Idle has no turn: an edit or a regenerate is an UnknownTurn, and
+        # ``main`` is its only branch.
+        Edit: frozenset({Idle}),
+        Regenerate: frozenset({Idle}),
+        Switch: frozenset({Idle}),
     },
     **{
         rest: {
@@ -179,6 +195,9 @@ TRANSITIONS: Final[_MessageTable] = {
             Completed: frozenset({rest}),
             Failed: frozenset({rest}),
             ToolDone: frozenset({rest}),
+            Edit: frozenset({rest, Pending}),  # rest: rejected
+            Regenerate: frozenset({rest, Pending}),
+            Switch: frozenset({rest}),
         }
         for rest in (Committed, Discarded)
     },
@@ -191,6 +210,12 @@ TRANSITIONS: Final[_MessageTable] = {
         Completed: frozenset({Pending, Committed, Discarded, AwaitingTools}),
         Failed: frozenset({Pending, Discarded}),  # Pending: the same turn, retried
         ToolDone: frozenset({Pending}),
+        # In flight, an edit or a regenerate is a Submit (busy: rejected;
+        # supersede: the turn is discarded and a new one goes out); a switch
+        # is refused (SessionBusy) or, under supersede, discards the turn.
+        Edit: frozenset({Pending}),
+        Regenerate: frozenset({Pending}),
+        Switch: frozenset({Pending, Discarded}),
     },
     Streaming: {
         Submit: frozenset({Streaming, Pending}),
@@ -201,6 +226,9 @@ TRANSITIONS: Final[_MessageTable] = {
         Completed: frozenset({Streaming, Committed, Discarded, AwaitingTools, Pending}),
         Failed: frozenset({Streaming, Discarded, Pending}),
         ToolDone: frozenset({Streaming}),
+        Edit: frozenset({Streaming, Pending}),
+        Regenerate: frozenset({Streaming, Pending}),
+        Switch: frozenset({Streaming, Discarded}),
     },
     AwaitingTools: {
         Submit: frozenset({AwaitingTools, Pending}),
@@ -211,6 +239,9 @@ TRANSITIONS: Final[_MessageTable] = {
         Completed: frozenset({AwaitingTools}),
         Failed: frozenset({AwaitingTools}),
         ToolDone: frozenset({AwaitingTools, Pending, Discarded}),
+        Edit: frozenset({AwaitingTools, Pending}),
+        Regenerate: frozenset({AwaitingTools, Pending}),
+        Switch: frozenset({AwaitingTools, Discarded}),
     },
 }
 
@@ -223,8 +254,17 @@ EVENT_TRANSITIONS: Final[_EventTable] = {
         TurnRejected: None,
         CompletionIgnored: None,
     },
-    Committed: {TurnSubmitted: Pending, TurnRejected: None, CompletionIgnored: None},
-    Discarded: {TurnSubmitted: Pending, TurnRejected: None, CompletionIgnored: None},
+    **{
+        rest: {
+            TurnSubmitted: Pending,
+            TurnRejected: None,
+            CompletionIgnored: None,
+            # A branch starts, or another one becomes active, only at rest.
+            BranchStarted: None,
+            BranchSwitched: None,
+        }
+        for rest in (Committed, Discarded)
+    },
     Pending: {
         StreamStarted: Streaming,
         TurnRetried: Pending,
@@ -361,26 +401,42 @@ def _overflowed(
 
 def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
     assert isinstance(msg, Submit)
+    if ending_of(state, msg.request_id) is not None:
+        return ()  # a retry of a request already seen: idempotent
+    return _ask(state, msg.request_id, msg.question, budget, preview)
+
+
+def _ask(
+    state: SessionState,
+    rid: RequestId,
+    question: str,
+    budget: Budget,
+    preview: int,
+    branch: BranchStarted | None = None,
+) -> tuple[Event, ...]:
+    # A question asked on the active branch, or (``branch``) on a new one
+    # that keeps the active branch's first ``branch.at_turn`` turns: the
+    # request is planned on the history it will be sent with.
     config = state.config
     assert config is not None
-    rid = msg.request_id
-    if ending_of(state, rid) is not None:
-        return ()  # a retry of a request already seen: idempotent
-    if not msg.question.strip():
+    if not question.strip():
         return (TurnRejected(rid, "empty_question", "the question is empty"),)
-    if not _is_text(msg.question):
+    if not _is_text(question):
         return (TurnRejected(rid, "invalid_question", "the question has a lone surrogate"),)
     current = current_request(state)
     superseding = current is not None and config.on_busy == "supersede"
     if current is not None and not superseding:
         return (TurnRejected(rid, "busy", f"request {current} is in flight"),)
+    turns, context_start = state.turns, state.context_start
+    if branch is not None:
+        turns, context_start = _branch_base(turns, context_start, branch.at_turn)
     cap = prompt_token_cap(state, budget)
     p = plan(
         config.model,
         config.system,
-        state.turns,
-        state.context_start,
-        msg.question,
+        turns,
+        context_start,
+        question,
         budget,
         config.tools,
         config.tool_choice,
@@ -399,12 +455,62 @@ def _submit(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
             )
         return (TurnRejected(rid, "over_budget", detail),)
     submitted = TurnSubmitted(
-        rid, msg.question, p.turns_sent, p.turns_dropped, p.request_bytes, p.prompt_tokens
+        rid, question, p.turns_sent, p.turns_dropped, p.request_bytes, p.prompt_tokens
     )
+    asked: tuple[Event, ...] = (submitted,) if branch is None else (branch, submitted)
     if superseding:
         assert current is not None
-        return (TurnDiscarded(current, "superseded", f"by {rid}", preview), submitted)
-    return (submitted,)
+        return (TurnDiscarded(current, "superseded", f"by {rid}", preview), *asked)
+    return asked
+
+
+def _branch_base(turns: History, context_start: int, at_turn: int) -> tuple[History, int]:
+    """The history a branch started before turn ``at_turn`` begins with, and
+    the first of its turns a request may draw from."""
+    return turns.upto(at_turn), min(context_start, at_turn)
+
+
+def _edit(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
+    # Edit and Regenerate: a Submit on a new branch.
+    assert isinstance(msg, (Edit, Regenerate))
+    if ending_of(state, msg.request_id) is not None:
+        return ()  # a retry of a request already seen: idempotent
+    n = len(state.turns)
+    kind: BranchKind
+    if isinstance(msg, Edit):
+        index, question, kind = msg.turn_index, msg.question, "edit"
+        if type(index) is not int or not 0 <= index < n:
+            raise UnknownTurn(
+                f"no turn {index!r} to edit: branch {state.active_branch} has {n} turns "
+                f"(0 to {n - 1})"
+                if n
+                else f"no turn {index!r} to edit: branch {state.active_branch} has no turn"
+            )
+    else:
+        if n == 0:
+            raise UnknownTurn(f"branch {state.active_branch} has no question to ask again")
+        index, question, kind = n - 1, state.turns[n - 1].question, "regenerate"
+    records = branch_records(state.branches, state.active_branch, state.turns, state.context_start)
+    branch = BranchStarted(
+        next_branch_id(records), state.active_branch, index, kind, msg.request_id
+    )
+    return _ask(state, msg.request_id, question, budget, preview, branch)
+
+
+def _switch(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
+    assert isinstance(msg, Switch)
+    records = branch_records(state.branches, state.active_branch, state.turns, state.context_start)
+    find_branch(records, msg.branch)
+    if msg.branch == state.active_branch:
+        return ()
+    switched = BranchSwitched(msg.branch)
+    current = current_request(state)
+    if current is None:
+        return (switched,)
+    assert state.config is not None
+    if state.config.on_busy != "supersede":
+        raise SessionBusy(f"request {current} is in flight; cancel it or wait for its end")
+    return (TurnDiscarded(current, "superseded", f"by a switch to {msg.branch}", preview), switched)
 
 
 def _end_in_flight(
@@ -579,6 +685,9 @@ _HANDLERS: Final[Mapping[type[Message], _Handler]] = {
     Completed: _completed,
     Failed: _failed,
     ToolDone: _tool_done,
+    Edit: _edit,
+    Regenerate: _edit,
+    Switch: _switch,
 }
 
 
@@ -652,6 +761,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         "calibration": state.calibration,
         "largest_ok": state.largest_ok,
         "overflow_cap": state.overflow_cap,
+        "active_branch": state.active_branch,
+        "branches": state.branches,
     }
     if isinstance(event, SessionStarted):
         if state.config is not None or state.version != 0:
@@ -682,6 +793,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         return attrs.evolve(state, **base)
     if type(event) is CompletionIgnored:
         return attrs.evolve(state, **base)
+    if isinstance(event, (BranchStarted, BranchSwitched)):
+        return attrs.evolve(state, **{**base, **_evolve_branch(state, event)})
     assert isinstance(state, IN_FLIGHT)
     _expect_current(state, event.request_id, event)
     if type(event) is StreamStarted:
@@ -726,6 +839,41 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     if event.reason == "context_overflow":
         base["overflow_cap"] = cap_after_overflow(state)
     return Discarded(**base, reason=event.reason)
+
+
+def _evolve_branch(state: SessionState, event: BranchStarted | BranchSwitched) -> dict[str, Any]:
+    # The fields a branch event changes: the records, the active branch, and
+    # the history (with its context start) that is now the active path.
+    records = branch_records(state.branches, state.active_branch, state.turns, state.context_start)
+    if isinstance(event, BranchSwitched):
+        try:
+            target = find_branch(records, event.branch)
+        except UnknownBranch as exc:
+            raise ReplayError(f"a switch to an unknown branch: {exc}") from None
+        if target.branch_id == state.active_branch:
+            raise ReplayError(f"a switch to {event.branch!r}, the active branch")
+        return {
+            "branches": records,
+            "active_branch": target.branch_id,
+            "turns": target.turns,
+            "context_start": target.context_start,
+        }
+    if event.parent != state.active_branch:
+        raise ReplayError(f"branch {event.branch!r} starts from {event.parent!r}, not active")
+    if any(b.branch_id == event.branch for b in records):
+        raise ReplayError(f"branch {event.branch!r} started twice")
+    if not 0 <= event.at_turn < len(state.turns):
+        raise ReplayError(
+            f"branch {event.branch!r} starts before turn {event.at_turn} of {len(state.turns)}"
+        )
+    turns, context_start = _branch_base(state.turns, state.context_start, event.at_turn)
+    new = Branch(event.branch, event.parent, event.at_turn, event.kind, turns, context_start)
+    return {
+        "branches": (*records, new),
+        "active_branch": event.branch,
+        "turns": turns,
+        "context_start": context_start,
+    }
 
 
 def _evolve_round(

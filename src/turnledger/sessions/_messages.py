@@ -13,6 +13,7 @@ from typing import Final, TypeAlias
 import attrs
 
 from ..events import (
+    BranchId,
     DiscardReason,
     HistoryPolicy,
     Ledger,
@@ -28,13 +29,16 @@ from ..events import (
 __all__ = [
     "Cancel",
     "Completed",
+    "Edit",
     "Failed",
     "Failure",
     "Interrupt",
     "Message",
+    "Regenerate",
     "ResponseStarted",
     "Start",
     "Submit",
+    "Switch",
     "Timeout",
     "ToolDone",
     "safe_finish_reason",
@@ -94,6 +98,32 @@ class Submit:
 
     request_id: RequestId
     question: str
+
+
+@attrs.frozen
+class Edit:
+    """Ask ``question`` instead of the active branch's turn ``turn_index``
+    (from 0): a new branch keeps the turns before it and submits the
+    question under ``request_id``."""
+
+    request_id: RequestId
+    turn_index: int
+    question: str
+
+
+@attrs.frozen
+class Regenerate:
+    """Ask the active branch's last question again, on a new branch that
+    keeps the turns before it, under ``request_id``."""
+
+    request_id: RequestId
+
+
+@attrs.frozen
+class Switch:
+    """Make ``branch`` the active branch: history becomes its path."""
+
+    branch: BranchId
 
 
 @attrs.frozen
@@ -171,5 +201,16 @@ class ToolDone:
 
 
 Message: TypeAlias = (
-    Start | Submit | Cancel | Timeout | Interrupt | ResponseStarted | Completed | Failed | ToolDone
+    Start
+    | Submit
+    | Cancel
+    | Timeout
+    | Interrupt
+    | ResponseStarted
+    | Completed
+    | Failed
+    | ToolDone
+    | Edit
+    | Regenerate
+    | Switch
 )

@@ -15,7 +15,8 @@ from typing import Final, TypeAlias
 
 import attrs
 
-from ..events import RequestId, SessionStarted
+from ..events import MAIN_BRANCH, BranchId, RequestId, SessionStarted
+from ._branches import Branch, BranchInfo, branch_records, find_branch, infos
 from ._history import Ending, Endings, History, ToolRound, Turn
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "Pending",
     "SessionState",
     "Streaming",
+    "branch_turns",
+    "branches_of",
     "current_request",
     "ending_of",
     "initial_state",
@@ -58,7 +61,7 @@ class InFlight:
 class _State:
     #: The session's settings; ``None`` until SessionStarted.
     config: SessionStarted | None = None
-    #: Every committed turn, oldest first.
+    #: The committed turns of the active branch's path, oldest first.
     turns: History = attrs.field(factory=History)
     #: Index of the first turn that may still be sent (Window evicts by moving it).
     context_start: int = 0
@@ -76,6 +79,11 @@ class _State:
     #: After a context overflow: the estimated prompt tokens a request may
     #: have at most, below the size that failed.
     overflow_cap: int | None = None
+    #: The branch whose path ``turns`` is.
+    active_branch: BranchId = MAIN_BRANCH
+    #: Every branch's record (the active one's as it was when it was last
+    #: left); ``()`` until the first branch starts (see ``_branches``).
+    branches: tuple[Branch, ...] = ()
 
     @property
     def context(self) -> tuple[Turn, ...]:
@@ -139,6 +147,23 @@ def is_in_flight(state: SessionState) -> bool:
 def current_request(state: SessionState) -> RequestId | None:
     """The request id of the turn in flight, or ``None`` at rest."""
     return state.request.request_id if isinstance(state, IN_FLIGHT) else None
+
+
+def branches_of(state: SessionState) -> tuple[BranchInfo, ...]:
+    """Every branch of the session, in the order they started (``main``
+    first), with its length, its newest turn and whether it is active."""
+    records = branch_records(state.branches, state.active_branch, state.turns, state.context_start)
+    return infos(records, state.active_branch)
+
+
+def branch_turns(state: SessionState, branch: str) -> History:
+    """The committed turns on ``branch``'s path (the active one: ``state.turns``).
+
+    Raises:
+        UnknownBranch: the session has no such branch.
+    """
+    records = branch_records(state.branches, state.active_branch, state.turns, state.context_start)
+    return find_branch(records, branch).turns
 
 
 def ending_of(state: SessionState, request_id: RequestId) -> Ending | None:

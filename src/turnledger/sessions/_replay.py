@@ -23,6 +23,7 @@ from typing import Any, Final, TypeAlias
 
 from ..events import (
     DEFAULT_CODEC,
+    BranchId,
     Event,
     EventCodec,
     EventStore,
@@ -35,6 +36,7 @@ from ..events import (
     Window,
 )
 from ..events._exact_json import fast_loads
+from ._branches import Branch
 from ._budgets import calibration_after
 from ._history import Ending, Turn
 from ._machine import EVENT_TRANSITIONS, evolve
@@ -282,6 +284,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
     calibration = s.calibration
     largest_ok = s.largest_ok
     overflow_cap = s.overflow_cap
+    active_branch = s.active_branch
+    branches = s.branches
     request: InFlight | None = getattr(s, "request", None)
     # The request in flight when the fold's own Submitted started it: its
     # tuple (its InFlight is built only if a state is).
@@ -361,6 +365,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
                 largest_ok,
                 overflow_cap,
                 request,
+                active_branch,
+                branches,
             )
             dirty = False
         s = evolve(s, _event(item))
@@ -374,6 +380,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
         calibration = s.calibration
         largest_ok = s.largest_ok
         overflow_cap = s.overflow_cap
+        active_branch = s.active_branch
+        branches = s.branches
         request = getattr(s, "request", None)
         current = None if request is None else request.request_id
         window = config.policy.max_turns if config and isinstance(config.policy, Window) else 0
@@ -394,6 +402,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
             largest_ok,
             overflow_cap,
             request,
+            active_branch,
+            branches,
         )
     return s
 
@@ -418,6 +428,8 @@ def _build(
     largest_ok: int,
     overflow_cap: int | None,
     request: InFlight | None,
+    active_branch: BranchId,
+    branches: tuple[Branch, ...],
 ) -> SessionState:
     """The phase object of the fold's local variables. Only the fast paths
     leave them dirty, and those lead to Pending, Streaming or Committed."""
@@ -431,6 +443,8 @@ def _build(
         "calibration": calibration,
         "largest_ok": largest_ok,
         "overflow_cap": overflow_cap,
+        "active_branch": active_branch,
+        "branches": branches,
     }
     if phase in IN_FLIGHT:
         base["request"] = request

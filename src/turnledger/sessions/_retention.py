@@ -75,6 +75,9 @@ class RetentionStep:
     turns: int = 0
 
 
+_BRANCH_TAGS = frozenset({"branch_started", "branch_switched"})
+
+
 def subject_of(stored: Sequence[StoredEvent]) -> str | None:
     """The subject a session's first event names (``None``: none, or a
     session written before subjects were recorded)."""
@@ -113,6 +116,10 @@ def plan_retention(
     )
     if cut is None or stored[0].tag != "session_started":
         return None  # not a log this release can cut safely: kept whole
+    if any(ev.tag in _BRANCH_TAGS for ev in stored):
+        # A branch keeps turns by their place on its parent's path: cutting
+        # the oldest turns would move every branch point. Kept whole.
+        return None
     kept = [stored[0], *(ev for ev in stored if ev.seq >= cut)]
     keep = tuple(
         StoredEvent(session_id, i, ev.tag, ev.schema_version, ev.payload, ev.recorded_at)

@@ -39,14 +39,18 @@ from __future__ import annotations
 
 import collections
 import json
+import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 import h11
 import trio
+
+if TYPE_CHECKING:
+    from ..serve._listen import BatchListener
 
 __all__ = [
     "Abort",
@@ -293,14 +297,21 @@ class LoopbackServer:
         self, *, task_status: trio.TaskStatus[LoopbackServer] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Listen and serve until cancelled (use with ``nursery.start``)."""
-        listeners = await trio.open_tcp_listeners(self._port, host=self._host)
-        self._bound_port = listeners[0].socket.getsockname()[1]
+        from ..serve._listen import BatchListener
+
+        opened = await trio.open_tcp_listeners(self._port, host=self._host)
+        self._bound_port = opened[0].socket.getsockname()[1]
+        # Every pending connection is taken per scheduler pass: with trio's
+        # listener (one per pass) a model server streaming to a thousand
+        # clients took its new connections one long pass at a time, and
+        # its callers' turns started one after another, seconds apart.
+        listeners = [BatchListener(socket.socket(fileno=ln.socket.detach())) for ln in opened]
         async with trio.open_nursery() as nursery:
             for listener in listeners:
                 nursery.start_soon(self._accept, listener, nursery)
             task_status.started(self)
 
-    async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+    async def _accept(self, listener: BatchListener, nursery: trio.Nursery) -> None:
         async with listener:
             while True:
                 stream = await listener.accept()

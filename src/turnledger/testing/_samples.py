@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from ..events import (
+    BranchId,
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     Event,
     RequestId,
@@ -61,4 +64,6 @@ def sample_events() -> list[Event]:
         ToolResultRecorded(_R, "c-1", awkward, True, 12),
         ToolRoundSubmitted(_R, 1, 4321),
         TurnRetried(_R, "context_overflow", awkward, 1, 3, 600, 150),
+        BranchStarted(BranchId("b1"), BranchId("main"), 2, "edit", RequestId("r-3")),
+        BranchSwitched(BranchId("main")),
     ]

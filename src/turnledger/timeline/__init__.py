@@ -24,12 +24,22 @@ appearance. A row carries:
   and for a ``busy`` rejection the request that was in flight;
 - its usage and budgets: tokens reported, the estimate of the request, and
   the session's prompt token budget when it was projected.
+- its branch: the branch it was asked on, and the branch it started
+  (:class:`BranchStart`: an edit or a regenerate) if it did.
+
+The timeline also holds the session's tree: every branch
+(:class:`BranchEntry`: where it starts, its length, its newest turn), the
+active one (whose path ``history`` is) and every switch
+(:class:`BranchSwitch`).
 
 :func:`session_summary` is the one line a list of sessions shows, with the
 same keys in ``turnledger sessions --json`` and ``GET /v1/sessions``.
 """
 
 from ._rows import (
+    BranchEntry,
+    BranchStart,
+    BranchSwitch,
     End,
     LateCompletion,
     RetryEntry,
@@ -46,6 +56,9 @@ from ._rows import (
 )
 
 __all__ = [
+    "BranchEntry",
+    "BranchStart",
+    "BranchSwitch",
     "End",
     "LateCompletion",
     "RetryEntry",

@@ -10,6 +10,9 @@ import attrs
 
 from ..events import (
     DEFAULT_CODEC,
+    MAIN_BRANCH,
+    BranchStarted,
+    BranchSwitched,
     CompletionIgnored,
     Event,
     SessionStarted,
@@ -30,11 +33,14 @@ from ..events import (
 # trio runtime (lazily), which a pure module may not even name.
 from ..sessions._budgets import prompt_token_cap
 from ..sessions._machine import evolve
-from ..sessions._phases import SessionState, initial_state, is_in_flight
+from ..sessions._phases import SessionState, branches_of, initial_state, is_in_flight
 from ..sessions._projection import Budget
 from ..sessions._retention import subject_of
 
 __all__ = [
+    "BranchEntry",
+    "BranchStart",
+    "BranchSwitch",
     "End",
     "LateCompletion",
     "RetryEntry",
@@ -195,6 +201,40 @@ class LateCompletion:
 
 
 @attrs.frozen
+class BranchStart:
+    """The branch a request started: its id, the branch it started from,
+    how many of that branch's turns it keeps, and why (edit, regenerate)."""
+
+    branch: str
+    parent: str
+    at_turn: int
+    kind: str
+
+
+@attrs.frozen
+class BranchEntry:
+    """One branch of the session at the end of the log."""
+
+    branch_id: str
+    parent: str | None
+    at_turn: int
+    kind: str | None
+    #: Committed turns on its path (the prefix it shares included).
+    length: int
+    head: str | None
+    active: bool
+
+
+@attrs.frozen
+class BranchSwitch:
+    """The active branch changed (a ``branch_switched`` event)."""
+
+    seq: int
+    at: float
+    branch: str
+
+
+@attrs.frozen
 class Row:
     """One request id of a session: what happened to it, from its first
     event to its last."""
@@ -232,6 +272,10 @@ class Row:
     supersedes: tuple[str, ...]
     #: For a ``busy`` rejection: the request that was in flight.
     busy_with: str | None
+    #: The branch the question was asked on (``main`` in a log with none).
+    branch: str
+    #: The branch this request started (an edit or a regenerate), if any.
+    starts_branch: BranchStart | None
     #: Every event of the request, in order.
     steps: tuple[Step, ...]
     #: Why the turn is (or is not) in history, in one sentence.
@@ -272,6 +316,10 @@ class Row:
             "superseded_by": self.superseded_by,
             "supersedes": list(self.supersedes),
             "busy_with": self.busy_with,
+            "branch": self.branch,
+            "starts_branch": None
+            if self.starts_branch is None
+            else attrs.asdict(self.starts_branch),
             "phases": [
                 {
                     "seq": s.seq,
@@ -333,6 +381,12 @@ class Timeline:
     history: tuple[tuple[str, str, str], ...]
     #: How many events the log holds.
     events: int
+    #: The branch whose path ``history`` is.
+    active_branch: str = MAIN_BRANCH
+    #: Every branch, ``main`` first (one, ``main``, in a log with none).
+    branches: tuple[BranchEntry, ...] = ()
+    #: Every switch of the active branch, in log order.
+    switches: tuple[BranchSwitch, ...] = ()
 
     def steps(self) -> list[Step]:
         """Every event, in log order: what ``turnledger log`` prints."""
@@ -356,6 +410,9 @@ class Timeline:
             "history": [
                 {"request_id": rid, "question": q, "answer": a} for rid, q, a in self.history
             ],
+            "active_branch": self.active_branch,
+            "branches": [attrs.asdict(b) for b in self.branches],
+            "switches": [attrs.asdict(w) for w in self.switches],
         }
 
 
@@ -462,6 +519,14 @@ def _reason(event: Event, estimated: int | None, budget: int | None) -> tuple[st
         size = _projection(event.turns_sent, event.turns_dropped, event.request_bytes)
         again = size + _tokens(event.estimated_prompt_tokens, budget)
         return event.reason, f"{event.detail}; sent again: {again}"
+    if isinstance(event, BranchStarted):
+        what = "asked differently" if event.kind == "edit" else "asked again"
+        return event.kind, (
+            f"branch {event.branch} from {event.parent}: keeps {event.at_turn} turns, "
+            f"turn {event.at_turn} {what}"
+        )
+    if isinstance(event, BranchSwitched):
+        return "switch", f"active branch: {event.branch}"
     if isinstance(event, SessionStarted) and event.context_window is not None:
         return "", (
             f"context window {event.context_window} tokens ({event.window_source}), "
@@ -526,6 +591,8 @@ class _Draft:
     superseded_by: str | None = None
     supersedes: list[str] = attrs.Factory(list)
     busy_with: str | None = None
+    branch: str = MAIN_BRANCH
+    starts_branch: BranchStart | None = None
     steps: list[Step] = attrs.Factory(list)
 
     def freeze(self) -> Row:
@@ -555,6 +622,8 @@ class _Draft:
             superseded_by=self.superseded_by,
             supersedes=tuple(self.supersedes),
             busy_with=self.busy_with,
+            branch=self.branch,
+            starts_branch=self.starts_branch,
             steps=tuple(self.steps),
             explanation=_why(self),
         )
@@ -587,7 +656,9 @@ def _ended(draft: _Draft, end: End, env: StoredEvent, reason: str, detail: str =
 def _apply(draft: _Draft, event: Event, env: StoredEvent, budget: int | None) -> None:
     """What one event of a request changes in its row."""
     at = env.recorded_at
-    if isinstance(event, TurnSubmitted):
+    if isinstance(event, BranchStarted):
+        draft.starts_branch = BranchStart(event.branch, event.parent, event.at_turn, event.kind)
+    elif isinstance(event, TurnSubmitted):
         draft.question = event.question
         draft.turns_sent, draft.turns_dropped = event.turns_sent, event.turns_dropped
         draft.request_bytes = event.request_bytes
@@ -660,6 +731,7 @@ def _build(session_id: str, stored: Sequence[StoredEvent], *, steps: bool) -> Ti
     session_steps: list[Step] = []
     state: SessionState = initial_state()
     superseded: _Draft | None = None
+    switches: list[BranchSwitch] = []
     for env in stored:
         event = DEFAULT_CODEC.decode(env)
         before = phase_name(state)
@@ -680,10 +752,16 @@ def _build(session_id: str, stored: Sequence[StoredEvent], *, steps: bool) -> Ti
                 draft.supersedes.append(superseded.request_id)
             if busy:
                 draft.busy_with = was_in_flight
+            if isinstance(event, TurnSubmitted):
+                draft.branch = state.active_branch
             _apply(draft, event, env, budget)
-        superseded = (
-            draft if isinstance(event, TurnDiscarded) and event.reason == "superseded" else None
-        )
+        elif isinstance(event, BranchSwitched):
+            switches.append(BranchSwitch(env.seq, env.recorded_at, event.branch))
+        if isinstance(event, TurnDiscarded) and event.reason == "superseded":
+            superseded = draft
+        elif not isinstance(event, BranchStarted):
+            # (an edit that supersedes: its branch starts, then its question)
+            superseded = None
         if steps:
             step = _step(session_id, env, event, rid, draft, before, phase_name(state), budget)
             (draft.steps if draft is not None else session_steps).append(step)
@@ -703,6 +781,12 @@ def _build(session_id: str, stored: Sequence[StoredEvent], *, steps: bool) -> Ti
         session_steps=tuple(session_steps),
         history=tuple((str(t.request_id), t.question, t.answer) for t in state.turns),
         events=len(stored),
+        active_branch=state.active_branch,
+        branches=tuple(
+            BranchEntry(b.branch_id, b.parent, b.at_turn, b.kind, b.length, b.head, b.active)
+            for b in branches_of(state)
+        ),
+        switches=tuple(switches),
     )
 
 

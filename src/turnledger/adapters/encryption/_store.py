@@ -12,6 +12,7 @@ another place fails to open (:class:`~turnledger.DecryptionFailed`).
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,7 +35,7 @@ from ...events import EventDecoder, StoredEvent
 from ...events._envelope import envelope
 from ...events._exact_json import loads_exact
 from ...events.codec import ENCRYPTED_FIELD
-from ..stores._payloads import dumps_payload
+from ..stores._payloads import SEALED_BLOB, dumps_payload, sealed_text
 from ._keyring import KeyRing
 from ._providers import KeyProvider
 
@@ -104,6 +105,7 @@ def _sealed_of_text(session_id: str, seq: int, text: str | bytes) -> str | bytes
     """The hex inside a row's JSON text: sliced out when the text is
     exactly what :func:`dumps_payload` writes for a sealed payload, else
     parsed (and a plaintext row refused)."""
+    text = sealed_text(text)  # sealed bytes: as their hex text
     if isinstance(text, bytes):
         if text.startswith(_PREFIX_B) and text.endswith(b'"}') and text.count(b'"') == 4:
             return text[len(_PREFIX_B) : -2]
@@ -211,34 +213,48 @@ class _Decrypting:
                 _open(None, store_id, session_id, seq, tag, version, sealed)
             return self._decoder.decode_rows(session_id, opened)
         # The replay loop: _sealed_of_text and _open inlined for the common
-        # row (text as written by dumps_payload), since it runs per event.
+        # row (text as written by dumps_payload; bytes from a store that
+        # reads its UTF-8, str from one that reads text), since it runs per
+        # event. The hex is unhexed in place (a memoryview, no copy, no
+        # decode to str), and the associated data is built from a prefix
+        # made once per session: byte for byte what _event_ad writes.
         decrypt = aead.decrypt
-        dumps = orjson.dumps
-        fromhex = bytes.fromhex
+        unhex = binascii.a2b_hex
+        ad_head = _event_ad(store_id, session_id, 0, "", 0)[:-7]  # '["store","session",'
+        ad_tails: dict[tuple[str, int], bytes] = {}
         start = len(_PREFIX)
         for seq, tag, version, text in rows:
-            if type(text) is str and text.startswith(_PREFIX) and text.endswith('"}'):
-                # (A quote inside is not hex: fromhex refuses it, and the
-                # row is judged below, plaintext or damaged.)
+            tail = ad_tails.get((tag, version))
+            if tail is None:
+                tail = ad_tails[(tag, version)] = _event_ad("", "", 0, tag, version)[8:]
+            ad = b"%b%d%b" % (ad_head, seq, tail) if type(seq) is int else b""
+            hexed: str | memoryview | None = None
+            if isinstance(text, bytes):
+                if text.startswith(SEALED_BLOB):  # format 2: no hex to undo
+                    try:
+                        plain = decrypt(text[1 : 1 + _NONCE], text[1 + _NONCE :], ad)
+                    except InvalidTag:
+                        hexed_text = sealed_text(text)[start:-2]
+                        plain = _open(aead, store_id, session_id, seq, tag, version, hexed_text)
+                    append((seq, tag, version, plain))
+                    continue
+                if text.startswith(_PREFIX_B) and text.endswith(b'"}'):
+                    hexed = memoryview(text)[start:-2]
+            elif text.startswith(_PREFIX) and text.endswith('"}'):
+                hexed = text[start:-2]
+            if hexed is not None:
+                # Format 1. (A quote inside is not hex: a2b_hex refuses it,
+                # and the row is judged below, plaintext or damaged.)
                 try:
-                    raw = fromhex(text[start:-2])
-                    plain = decrypt(
-                        raw[:_NONCE], raw[_NONCE:], dumps([store_id, session_id, seq, tag, version])
-                    )
-                except (InvalidTag, ValueError):
-                    sealed = _sealed_of_text(session_id, seq, text)
-                    plain = _open(aead, store_id, session_id, seq, tag, version, sealed)
-                append((seq, tag, version, plain))
-            else:
-                sealed = _sealed_of_text(session_id, seq, text)
-                append(
-                    (
-                        seq,
-                        tag,
-                        version,
-                        _open(aead, store_id, session_id, seq, tag, version, sealed),
-                    )
-                )
+                    raw = unhex(hexed)
+                    append((seq, tag, version, decrypt(raw[:_NONCE], raw[_NONCE:], ad)))
+                    continue
+                except (InvalidTag, ValueError, TypeError):
+                    pass
+            sealed = _sealed_of_text(session_id, seq, text)
+            append(
+                (seq, tag, version, _open(aead, store_id, session_id, seq, tag, version, sealed))
+            )
         return self._decoder.decode_rows(session_id, opened)
 
 
@@ -259,6 +275,9 @@ class EncryptedStore:
         self.keys = keys
         self._aeads: dict[str, AESGCM] = {}
         self._nonces: dict[str, list[Any]] = {}
+        # Sealed payloads as bytes where the inner store keeps bytes
+        # (format 2), else as hex in JSON text (format 1).
+        self._blobs = bool(getattr(inner, "sealed_blobs", False))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -370,13 +389,12 @@ class EncryptedStore:
         sealed = aead.encrypt(
             nonce, plain, _event_ad(store_id, ev.session_id, ev.seq, ev.tag, ev.schema_version)
         )
-        text = (nonce + sealed).hex()
         return envelope(
             ev.session_id,
             ev.seq,
             ev.tag,
             ev.schema_version,
-            {ENCRYPTED_FIELD: text},
+            {ENCRYPTED_FIELD: nonce + sealed if self._blobs else (nonce + sealed).hex()},
             ev.recorded_at,
             ev.position,
         )

@@ -21,6 +21,8 @@ from ...events import BaseEventStore, EventDecoder, StoredEvent
 from ...events._envelope import envelope
 from ...events._exact_json import fast_loads, has_float, loads_exact
 from ...events._store import check_batch, decode_events
+from ...events.codec import ENCRYPTED_FIELD
+from ._payloads import SEALED_BLOB
 
 __all__ = [
     "HeldEvents",
@@ -154,7 +156,10 @@ def rows_to_events(where: str, rows: Sequence[Sequence[Any]]) -> list[StoredEven
         try:
             data = loads(payload if type(payload) is str else payload.decode("utf-8"))
         except (ValueError, TypeError) as exc:
-            raise _bad_payload(where, position, exc) from exc
+            if type(payload) is not bytes or not payload.startswith(SEALED_BLOB):
+                raise _bad_payload(where, position, exc) from exc
+            # Sealed bytes: the envelope holds their format 1 form.
+            data = {ENCRYPTED_FIELD: payload[1:].hex()}
         if type(data) is not dict:
             raise _bad_payload(where, position, None)
         append(StoredEvent(session_id, seq, tag, version, data, recorded_at, position))

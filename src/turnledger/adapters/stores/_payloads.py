@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from ..._errors import StoreError
 from ...events import EventDecoder, PayloadNotJSON, StoredEvent
@@ -20,11 +20,14 @@ from ...events._store import damage
 from ...events.codec import ENCRYPTED_FIELD
 
 __all__ = [
+    "SEALED_BLOB",
     "check_envelope",
     "damage",
     "decode_rows",
     "dumps_payload",
     "loads_payload",
+    "payload_value",
+    "sealed_text",
 ]
 
 _T = TypeVar("_T")
@@ -64,6 +67,36 @@ def dumps_payload(payload: Mapping[str, Any]) -> str:
     return text
 
 
+#: The first byte of a sealed payload kept as bytes (format 2 of encrypted
+#: rows, in stores that keep bytes: SQLite). Then come the nonce and the
+#: ciphertext. No JSON text starts with it, so a row says by its first byte
+#: whether it is JSON text (plaintext, or format 1: ``{"$enc": "<hex>"}``)
+#: or sealed bytes.
+SEALED_BLOB: Final = b"\x01"
+
+
+def payload_value(payload: Mapping[str, Any]) -> str | bytes:
+    """What a store that keeps bytes writes for ``payload``: a sealed
+    payload given as bytes (``{"$enc": b"<nonce + ciphertext>"}``) as
+    :data:`SEALED_BLOB` and those bytes, anything else as
+    :func:`dumps_payload` text."""
+    if len(payload) == 1 and type(payload) is dict:
+        sealed = payload.get(ENCRYPTED_FIELD)
+        if type(sealed) is bytes:
+            return SEALED_BLOB + sealed
+    return dumps_payload(payload)
+
+
+def sealed_text(value: str | bytes) -> str | bytes:
+    """``value`` as JSON text: a :data:`SEALED_BLOB` row as the format 1
+    text of the same ciphertext (``{"$enc": "<hex>"}``), what every reader
+    of envelopes, and a decoder without the key, understands; anything
+    else as it is."""
+    if type(value) is bytes and value.startswith(SEALED_BLOB):
+        return '{"' + ENCRYPTED_FIELD + '":"' + value[1:].hex() + '"}'
+    return value
+
+
 #: Parse stored payload text exactly as :func:`json.loads` would.
 loads_payload = loads_exact
 
@@ -91,6 +124,11 @@ def decode_rows(
     try:
         return decoder.decode_rows(session_id, rows)
     except PayloadNotJSON:
+        # Sealed bytes given to a decoder that does not open them (no key):
+        # read as their format 1 text, which it refuses as encrypted.
+        if any(type(row[3]) is bytes and row[3].startswith(SEALED_BLOB) for row in rows):
+            text = [(*row[:3], sealed_text(row[3]), *row[4:]) for row in rows]
+            return decode_rows(where, session_id, text, decoder)
         error = damage(
             where,
             session_id,

@@ -107,6 +107,7 @@
       $("div", { class: "summary" },
         $("h2", {}, model.session_id),
         $("span", {}, `phase ${model.phase} · version ${model.version} · ${model.turns.length} requests · ${kept} in history`),
+        $("span", { id: "active-branch", "data-branch": model.active_branch || "main" }, `branch ${model.active_branch || "main"} active · ${(model.branches || []).length || 1} branches`),
         live ? $("span", { class: "live", id: "live" }, "● following live") : null),
       $("div", { class: "legend" },
         $("span", {}, $("i", { class: "sw", style: "background:#cbd5e1" }), "submitted, waiting for the model"),
@@ -117,7 +118,8 @@
         $("span", { style: "color:var(--late)" }, "◆ late answer, ignored"),
         $("span", { style: "color:var(--retry)" }, "↻ sent again, smaller"),
         $("span", { style: "color:var(--tool)" }, "⚙ tool round"),
-        $("span", { style: "color:#92400e" }, "↷ superseded by a newer question")));
+        $("span", { style: "color:#92400e" }, "↷ superseded by a newer question"),
+        $("span", { style: "color:var(--tool)" }, "⑂ starts a branch (edit, regenerate)")));
     const tl = $("section", { class: "timeline", id: "timeline" }, $("h3", {}, "Timeline (one row per request id)"));
     const axis = $("div", { class: "axis" });
     for (let i = 0; i <= 5; i++) {
@@ -160,10 +162,15 @@
       for (const r of row.retries) body.append($("div", { class: "retried" }, retryLine(r)));
       for (const round of row.tool_rounds) body.append(toolRound(round));
       if (row.busy_with) body.append($("div", { class: "rel" }, `⊘ busy with ${row.busy_with}`));
+      const sb = row.starts_branch;
+      if (sb) {
+        const how = sb.kind === "edit" ? `turn ${sb.at_turn} asked differently` : `turn ${sb.at_turn} asked again`;
+        body.append($("div", { class: "rel branch-start", "data-branch": sb.branch }, `⑂ starts branch ${sb.branch} from ${sb.parent} (${sb.kind}): keeps ${sb.at_turn} turns, ${how}`));
+      }
       if (row.superseded_by) body.append($("div", { class: "rel" }, `↷ superseded by ${row.superseded_by}`));
       const supersedes = model.turns.filter((r) => r.superseded_by === row.request_id).map((r) => r.request_id);
       if (supersedes.length) body.append($("div", { class: "rel" }, `↶ supersedes ${supersedes.join(", ")}`));
-      const el = $("div", { class: `row end-${row.end}`, "data-request-id": row.request_id, "data-end": row.end, "data-reason": row.reason,
+      const el = $("div", { class: `row end-${row.end}`, "data-request-id": row.request_id, "data-end": row.end, "data-reason": row.reason, "data-branch": row.branch || "main",
         "data-retries": String(row.retries.length), "data-tool-rounds": String(row.tool_rounds.length) },
         $("div", { class: "who" }, $("div", { class: "rid" }, clip(row.request_id, 40)), $("div", { class: "question", title: row.question }, clip(row.question, 90) || "(no question recorded)")),
         body);
@@ -171,12 +178,25 @@
       tl.append(el);
     }
     if (!model.turns.length) tl.append($("p", { class: "empty" }, "No questions yet."));
-    const hist = $("aside", { class: "history", id: "history" }, $("h3", {}, `History (${model.history.length} committed turns)`));
+    const hist = $("aside", { class: "history", id: "history" }, $("h3", {}, `History (${model.history.length} committed turns${(model.branches || []).length > 1 ? ", branch " + model.active_branch : ""})`));
     const ol = $("ol", {});
     for (const t of model.history) {
       ol.append($("li", {}, $("div", { class: "q" }, lines(t.question)), $("div", { class: "a" }, lines(t.answer)), $("div", { class: "rid" }, t.request_id)));
     }
     hist.append(model.history.length ? ol : $("p", { class: "empty" }, "Nothing committed yet."));
+    const branches = model.branches || [];
+    if (branches.length > 1) {
+      const tree = $("ul", { id: "branches" });
+      for (const b of branches) {
+        const from = b.parent === null ? "the root" : `${b.parent} after ${b.at_turn} turns (${b.kind})`;
+        tree.append($("li", { class: b.active ? "branch active" : "branch", "data-branch-id": b.branch_id },
+          `${b.active ? "● " : ""}${b.branch_id}: from ${from} · ${b.length} turns${b.head ? " · head " + b.head : ""}`));
+      }
+      for (const w of model.switches || []) {
+        tree.append($("li", { class: "switch", "data-switch-to": w.branch }, `⇄ switched to ${w.branch} at +${secs(w.at - t0)}`));
+      }
+      hist.append($("h3", {}, "Branches"), tree);
+    }
     main.append($("div", { class: "cols" }, tl, hist));
     requestAnimationFrame(() => drawArrows(tl, model, rowsById));
   }
