@@ -160,6 +160,11 @@ async def test_a_switch_while_busy_is_refused_or_supersedes(tmp_path: Path) -> N
                     async for delta in busy.preview():
                         if delta:
                             break
+                # The stream's start is written beside the relayed delta:
+                # wait for it, so the log is still while the switch is refused.
+                with trio.fail_after(10):
+                    while (await store.read("s"))[-1].tag != "stream_started":
+                        await trio.sleep(0.01)
                 if on_busy == "reject":
                     before = await store.read("s")
                     with pytest.raises(SessionBusy):
