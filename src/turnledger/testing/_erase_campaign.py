@@ -18,7 +18,9 @@ Every other session must read back exactly as written, whatever the outcome.
 
 from __future__ import annotations
 
+import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -132,22 +134,31 @@ def _child(url: str) -> subprocess.Popen[str]:
 
 
 def _announced(proc: subprocess.Popen[str], timeout: float) -> None:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    import select
+    """Wait, at most ``timeout`` seconds, for the child's ``erasing`` line.
 
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith("erasing"):
-                return
-            if not line:
-                break
+    Reads the pipe's bytes as they come (never a blocking ``readline``: a
+    child stuck after half a line cannot hold the trial past its deadline).
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    seen = b""
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], min(left, 0.1))
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        seen += chunk
+        if any(line.startswith(b"erasing") for line in seen.split(b"\n")[:-1]):
+            return
     proc.kill()
-    raise RuntimeError(
-        f"the erasing child never started: {proc.stderr.read() if proc.stderr else ''}"
-    )
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        err = ""
+    raise RuntimeError(f"the erasing child never started: {err}")
 
 
 def calibrate(url: str, timeout: float = 60.0) -> float:

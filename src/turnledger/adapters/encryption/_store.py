@@ -31,7 +31,7 @@ from ..._errors import (
     StoreError,
     WrongKey,
 )
-from ...events import EventDecoder, StoredEvent
+from ...events import DEFAULT_CODEC, EventDecoder, StoredEvent
 from ...events._envelope import envelope
 from ...events._exact_json import loads_exact
 from ...events.codec import ENCRYPTED_FIELD
@@ -430,7 +430,8 @@ class EncryptedStore:
         if self.locked:
             raise ContentEncrypted(_LOCKED)
         await self._load(ev.session_id for ev in events)
-        opener = self._decrypting(_Plain())
+        # Only open_envelope is used: the codec behind it decodes nothing.
+        opener = self._decrypting(DEFAULT_CODEC)
         return [opener.open_envelope(ev) for ev in events]
 
     async def read(self, session_id: str, after: int = 0) -> list[StoredEvent]:
@@ -603,18 +604,6 @@ class SealedSnapshots:
         Cancellation: as the inner store's.
         """
         await self.inner.aclose()
-
-
-class _Plain:
-    """The identity decoder: opened envelopes as they are."""
-
-    def decode(self, stored: StoredEvent) -> StoredEvent:
-        return stored
-
-    def decode_rows(
-        self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
-    ) -> list[StoredEvent]:  # pragma: no cover - only decode is used
-        raise NotImplementedError
 
 
 def _locked(ev: StoredEvent) -> Any:
