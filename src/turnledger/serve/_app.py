@@ -51,7 +51,7 @@ import math
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from functools import partial
 from typing import Any
 from urllib.parse import quote, quote_from_bytes, urlsplit
@@ -572,18 +572,8 @@ class _Service:
     async def submit(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
         body = await self._body(request)
-        unknown = set(body) - {"question", "request_id"}
-        if unknown:
-            raise ApiError(400, "bad_field", f"unknown fields: {', '.join(sorted(unknown))}")
-        question = body.get("question")
-        if not isinstance(question, str):
-            raise ApiError(400, "bad_field", "question must be a string")
-        rid = body.get("request_id")
-        if rid is not None:
-            _check_id("request_id", rid)
-        shape = _shape_refusal(question)
-        if shape is not None:
-            raise shape
+        _only(body, "question", "request_id")
+        question, rid = _question(body), _request_id(body)
         start = partial(self.hub.submit, session_id, question, request_id=rid)
         return await self._ask(session_id, question, rid, start)
 
@@ -593,21 +583,11 @@ class _Service:
         new branch; answered as ``POST .../turns`` is (an SSE stream)."""
         session_id = _path_id(request, "session_id")
         body = await self._body(request)
-        unknown = set(body) - {"turn_index", "question", "request_id"}
-        if unknown:
-            raise ApiError(400, "bad_field", f"unknown fields: {', '.join(sorted(unknown))}")
+        _only(body, "turn_index", "question", "request_id")
         index = body.get("turn_index")
         if type(index) is not int:
             raise ApiError(400, "bad_field", "turn_index must be an integer")
-        question = body.get("question")
-        if not isinstance(question, str):
-            raise ApiError(400, "bad_field", "question must be a string")
-        rid = body.get("request_id")
-        if rid is not None:
-            _check_id("request_id", rid)
-        shape = _shape_refusal(question)
-        if shape is not None:
-            raise shape
+        question, rid = _question(body), _request_id(body)
         start = partial(self.hub.edit, session_id, index, question, request_id=rid)
         return await self._ask(session_id, question, rid, start, branch=True)
 
@@ -616,12 +596,8 @@ class _Service:
         again on a new branch; answered as ``POST .../turns`` is."""
         session_id = _path_id(request, "session_id")
         body = await self._body(request, empty=True)
-        unknown = set(body) - {"request_id"}
-        if unknown:
-            raise ApiError(400, "bad_field", f"unknown fields: {', '.join(sorted(unknown))}")
-        rid = body.get("request_id")
-        if rid is not None:
-            _check_id("request_id", rid)
+        _only(body, "request_id")
+        rid = _request_id(body)
         start = partial(self.hub.regenerate, session_id, request_id=rid)
         return await self._ask(session_id, None, rid, start, branch=True)
 
@@ -629,9 +605,7 @@ class _Service:
         """POST .../switch ``{"branch"}``: make a branch the active one."""
         session_id = _path_id(request, "session_id")
         body = await self._body(request)
-        unknown = set(body) - {"branch"}
-        if unknown:
-            raise ApiError(400, "bad_field", f"unknown fields: {', '.join(sorted(unknown))}")
+        _only(body, "branch")
         branch = body.get("branch")
         if not isinstance(branch, str):
             raise ApiError(400, "bad_field", "branch must be a string")
@@ -891,6 +865,31 @@ class _Service:
         policy = f"{LIVE_PAGE_POLICY}; frame-ancestors 'none'"
         headers = {"Cache-Control": "no-store", "Content-Security-Policy": policy}
         return HTMLResponse(render_page(None), headers=headers)
+
+
+def _only(body: Mapping[str, Any], *fields: str) -> None:
+    """Refuse a body with a field the route does not take (400 ``bad_field``)."""
+    unknown = set(body) - set(fields)
+    if unknown:
+        raise ApiError(400, "bad_field", f"unknown fields: {', '.join(sorted(unknown))}")
+
+
+def _request_id(body: Mapping[str, Any]) -> str | None:
+    """The body's ``request_id``, checked as ids are; ``None``: not given."""
+    rid = body.get("request_id")
+    return None if rid is None else _check_id("request_id", rid)
+
+
+def _question(body: Mapping[str, Any]) -> str:
+    """The body's ``question``: a string, not refused for its shape (empty,
+    not valid text), so a refusal decided here writes nothing."""
+    question = body.get("question")
+    if not isinstance(question, str):
+        raise ApiError(400, "bad_field", "question must be a string")
+    shape = _shape_refusal(question)
+    if shape is not None:
+        raise shape
+    return question
 
 
 def _shape_refusal(question: str) -> ApiError | None:
