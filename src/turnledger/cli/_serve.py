@@ -79,6 +79,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         prune_every=args.prune_every,
         keys=command_keys(),
         snapshot_every=args.snapshot_every,
+        node_id=args.node_id,
+        preview_retention=args.preview_retention,
         app=ServeSettings(
             token=_token(args),
             allowed_origins=frozenset(args.allow_origin),  # (run_serve checks them)

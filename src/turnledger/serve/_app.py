@@ -53,7 +53,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, quote_from_bytes, urlsplit
 
 import attrs
@@ -101,6 +101,9 @@ from ..sessions import (
 from ..wire import loads_object
 from ._ids import unquote_id
 from ._timeline import LIVE_PAGE_POLICY, phase_name, render_page, session_summary, timeline_model
+
+if TYPE_CHECKING:
+    from ..adapters.stores import Previews
 
 __all__ = ["NewSessionBudget", "ServeSettings", "create_app"]
 
@@ -179,6 +182,13 @@ class ServeSettings:
     max_starting: int = 32
     #: The longest a turn holds its starting slot (see ``max_starting``).
     start_hold: float = 0.5
+    #: With previews through PostgreSQL (``--node-id``): the longest a
+    #: stream of a turn running on another process waits between looks at
+    #: the log for the turn's outcome (a notification is what wakes it
+    #: sooner), and the longest it follows a turn at all before it ends with
+    #: the error ``follow_timeout``.
+    follow_poll: float = 1.0
+    follow_deadline: float = 600.0
 
 
 class ApiError(Exception):
@@ -320,12 +330,15 @@ class _Relay:
         ``shutting_down``.
         """
         n = 0
+        previews = service.previews
         try:
             async for delta in self.handle.preview():
                 if not n:
                     self._started()
                 n += 1
                 self.frames.append(_sse("delta", {"text": delta}, id=n))
+                if previews is not None:
+                    previews.publish(key[0], key[1], n, delta)
                 self.lot.unpark_all()
             try:
                 result = await self.handle.outcome()
@@ -339,6 +352,10 @@ class _Relay:
             else:
                 self.outcome = _frame("outcome", service._keep(key, result_json(result)))
         finally:
+            if previews is not None:
+                # After the outcome is in the log (or known not to be):
+                # followers elsewhere read it from there.
+                previews.end(key[0], key[1], n + 1)
             if self.outcome is None:
                 self.outcome = _sse("error", _STOPPING)
             if service.live.get(key) is self:
@@ -382,7 +399,11 @@ class _Service:
         settings: ServeSettings,
         stopping: trio.Event,
         nursery: trio.Nursery,
+        previews: Previews | None = None,
     ) -> None:
+        #: Previews through PostgreSQL (``--node-id``): turns this process
+        #: runs are published, turns others run are followed.
+        self.previews = previews
         self.stopping = stopping
         self.nursery = nursery
         self.hub = hub
@@ -654,7 +675,25 @@ class _Service:
                     if question is None:
                         # (no turn: the hub says so, unknown_turn)
                         question = state.turns[-1].question if len(state.turns) else "?"
-                    if rid is None or ending_of(state, RequestId(rid)) is None:
+                    ending = None if rid is None else ending_of(state, RequestId(rid))
+                    if (
+                        self.previews is not None
+                        and rid is not None
+                        and ending is not None
+                        and ending.kind == "in_flight"
+                        and (session_id, rid) not in self.live
+                        and (session_id, rid) not in self.done
+                    ):
+                        # A retry of a turn another process runs: joined
+                        # through PostgreSQL, never asked again.
+                        key = (session_id, rid)
+                        head = _sse("turn", {"session_id": session_id, "request_id": rid})
+                        return StreamingResponse(
+                            self._followed(key, 0, head),
+                            media_type="text/event-stream",
+                            headers=_SSE_HEADERS,
+                        )
+                    if ending is None:
                         first = None
                         if state.config is None and self.settings.new_session_budget:
                             first = await self.hub.new_session_start()
@@ -705,10 +744,103 @@ class _Service:
             return StreamingResponse(
                 relay.stream(after, b""), media_type="text/event-stream", headers=_SSE_HEADERS
             )
+        if self.previews is not None and await self._runs_elsewhere(key):
+            return StreamingResponse(
+                self._followed(key, after, b""),
+                media_type="text/event-stream",
+                headers=_SSE_HEADERS,
+            )
         outcome = await self._outcome(key)
         return StreamingResponse(
             _one(_frame("outcome", outcome)), media_type="text/event-stream", headers=_SSE_HEADERS
         )
+
+    async def _runs_elsewhere(self, key: tuple[str, str]) -> bool:
+        """Whether the log has the turn in flight with no outcome yet (its
+        relay is not here: another process runs it, or ran it and died)."""
+        if key in self.done:
+            return False
+        stored = await self._stored(key[0])
+        if _stored_outcome(stored, key[1]) is not None:
+            return False
+        if not any(e.payload.get("request_id") == key[1] for e in stored):
+            raise ApiError(404, "unknown_request", f"no request {key[1]!r} in this session")
+        return True
+
+    async def _logged(self, key: tuple[str, str]) -> bytes | None:
+        """The JSON of the turn's outcome kept here or in the log; ``None``
+        while there is none."""
+        kept = self.done.get(key)
+        if kept is not None:
+            return kept
+        found = _stored_outcome(await self.store.read(key[0]), key[1])
+        return None if found is None else orjson.dumps(found)
+
+    async def _ended_elsewhere(self, key: tuple[str, str]) -> bool:
+        """Whether a turn another process ran has its outcome in the log. If
+        no live process owns its session any more (its owner died, or was
+        paused past its lease), this one takes the session over, which
+        closes the turn as ``interrupted``; a process that took it first
+        (``owned_elsewhere``) writes that outcome itself."""
+        assert self.previews is not None
+        if await self._logged(key) is not None:
+            return True
+        if await self.previews.owner_live(key[0]):
+            return False
+        try:
+            handle = await self.hub.submit(key[0], "", request_id=key[1])
+            self._keep(key, result_json(await handle.outcome()))
+        except (StoreError, SessionClosed, InvalidCommand, SessionOwnedElsewhere) as exc:
+            log.info("follow_takeover_refused", error=type(exc).__name__)
+            return False
+        return True
+
+    async def _followed(
+        self, key: tuple[str, str], after: int, head: bytes
+    ) -> AsyncIterator[bytes]:
+        """The stream of a turn another process runs, followed through
+        PostgreSQL: the deltas after ``after`` (numbered as the owner
+        numbers them), then the outcome from the log. A client going away
+        stops only the following."""
+        assert self.previews is not None
+        if head:
+            yield head
+        settings = self.settings
+        deadline = trio.current_time() + settings.follow_deadline
+        timed_out = False
+
+        async def ended() -> bool:
+            nonlocal timed_out
+            if trio.current_time() >= deadline:
+                timed_out = True
+                return True
+            return await self._ended_elsewhere(key)
+
+        try:
+            async for batch in self.previews.follow(
+                key[0], key[1], after, ended=ended, poll_interval=settings.follow_poll
+            ):
+                yield b"".join(_sse("delta", {"text": d.text}, id=d.seq) for d in batch)
+            # The owner's end row comes once its outcome is decided; an
+            # outcome its store refused is written later (or by a takeover).
+            while not timed_out:
+                found = await self._logged(key)
+                if found is not None:
+                    yield _frame("outcome", found)
+                    return
+                if await ended():
+                    continue
+                with trio.move_on_after(settings.follow_poll):
+                    await self.stopping.wait()
+                if self.stopping.is_set():
+                    yield _sse("error", _STOPPING)
+                    return
+        except StoreError as exc:
+            message = f"the event store failed: {describe_store_error(exc)}"
+            yield _sse("error", {"code": "store_error", "message": message})
+            return
+        message = "the turn did not end within the follow deadline"
+        yield _sse("error", {"code": "follow_timeout", "message": message})
 
     async def _outcome(self, key: tuple[str, str]) -> bytes:
         """The JSON of a turn's outcome when no relay has it: kept, else
@@ -1187,17 +1319,21 @@ def create_app(
     *,
     nursery: trio.Nursery,
     stopping: trio.Event | None = None,
+    previews: Previews | None = None,
 ) -> ASGIApp:
     """The ASGI application over a running hub and its store.
 
     ``nursery`` runs one small task per turn in flight (it reads the turn's
     preview for all its streams; it ends with the turn, or when the hub
     closes). ``stopping``, once set, ends the live-follow streams (so a
-    graceful shutdown need not wait for browsers to go away).
+    graceful shutdown need not wait for browsers to go away). ``previews``
+    (PostgreSQL only, see docs/cluster.md): the turns this process runs
+    publish their deltas there, and a stream of a turn that runs in another
+    process follows it from there.
     """
     settings = settings or ServeSettings()
     stop = trio.Event() if stopping is None else stopping
-    svc = _Service(hub, store, settings, stop, nursery)
+    svc = _Service(hub, store, settings, stop, nursery, previews)
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)

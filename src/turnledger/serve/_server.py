@@ -94,6 +94,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prune-every", type=float, default=3600.0, metavar="SECONDS",
                    help="how often the retention runs, the first time at start "
                    "(default: %(default)s)")  # fmt: skip
+    p.add_argument("--node-id", default=None, metavar="ID",
+                   help="run as one node of several on one PostgreSQL store: this node's "
+                   "turns publish their deltas there, and turns running on other nodes "
+                   "are streamed from there (see docs/cluster.md)")  # fmt: skip
+    p.add_argument("--preview-retention", type=float, default=30.0, metavar="SECONDS",
+                   help="with --node-id: how long a finished turn's deltas stay in the "
+                   "database for reattaching clients (default: %(default)s)")  # fmt: skip
     p.add_argument("--keep-results-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
                    help="memory for finished turns' results kept for reconnects, oldest "
                    "dropped first; a reconnect to a dropped one reads the store "
@@ -162,6 +169,12 @@ class ServeOptions:
     #: Keep snapshots of long sessions beside the store, one every this many
     #: events (see docs/snapshots.md); ``None``: none.
     snapshot_every: int | None = None
+    #: This node's id among several on one PostgreSQL store (``None``: not
+    #: clustered). With it, turns publish their deltas through the database
+    #: and a stream of a turn another node runs follows it from there.
+    node_id: str | None = None
+    #: Seconds a finished turn's deltas stay in the database (``node_id`` only).
+    preview_retention: float = 30.0
     #: What the application needs besides the hub and the store.
     app: ServeSettings = attrs.field(factory=_app_settings)
 
@@ -189,6 +202,18 @@ def _check(options: ServeOptions, endpoint: object) -> str:
     """Refuse options that cannot work together, before anything is opened
     or bound; the model of new sessions."""
     app = options.app
+    if options.node_id is not None:
+        from ..adapters.stores import store_kind
+
+        if store_kind(options.db) != "postgres":
+            raise ServeOptionsError(
+                "--node-id needs a PostgreSQL store (--db postgresql://...): "
+                "nodes share their turns through it"
+            )
+        if not options.node_id.strip() or not options.node_id.isprintable():
+            raise ServeOptionsError("--node-id must be a printable, non-blank id")
+        if not options.preview_retention > 0:
+            raise ServeOptionsError("--preview-retention must be more than 0 seconds")
     if app.token is None and options.host not in _LOOPBACK:
         raise ServeOptionsError(f"binding {options.host} requires a token (--token-env NAME)")
     if app.token is not None:
@@ -360,24 +385,29 @@ async def run_serve(
                         ),
                     )
                 window = options.history_window
-                async with open_hub(
-                    store,
-                    provider,
-                    model=model,
-                    system=options.system,
-                    policy=None if window is None else Window(window),
-                    on_busy=options.on_busy,
-                    max_request_bytes=options.max_request_bytes,
-                    max_prompt_tokens=options.max_prompt_tokens,
-                    context_window=options.context_window,
-                    output_reserve=options.output_reserve,
-                    turn_deadline=options.turn_deadline,
-                    idle_timeout=options.idle_timeout,
-                    retention=options.retention,
-                    snapshots=snapshots,
-                    snapshot_every=options.snapshot_every,
-                ) as hub:
-                    app = create_app(hub, store, settings, nursery=nursery, stopping=stop)
+                async with (
+                    _previews(options, store) as previews,
+                    open_hub(
+                        store,
+                        provider,
+                        model=model,
+                        system=options.system,
+                        policy=None if window is None else Window(window),
+                        on_busy=options.on_busy,
+                        max_request_bytes=options.max_request_bytes,
+                        max_prompt_tokens=options.max_prompt_tokens,
+                        context_window=options.context_window,
+                        output_reserve=options.output_reserve,
+                        turn_deadline=options.turn_deadline,
+                        idle_timeout=options.idle_timeout,
+                        retention=options.retention,
+                        snapshots=snapshots,
+                        snapshot_every=options.snapshot_every,
+                    ) as hub,
+                ):
+                    app = create_app(
+                        hub, store, settings, nursery=nursery, stopping=stop, previews=previews
+                    )
                     pruning = trio.CancelScope()
                     if options.retention is not None:
                         nursery.start_soon(_prune_every, hub, options.prune_every, pruning)
@@ -407,6 +437,18 @@ async def run_serve(
             await store.aclose()
             sock.close()  # closed already if the listener ran; closing again is harmless
     return 0
+
+
+@asynccontextmanager
+async def _previews(options: ServeOptions, store: Any) -> AsyncIterator[Any]:
+    # Only a node of a cluster publishes and follows previews.
+    if options.node_id is None:
+        yield None
+        return
+    from ..adapters.stores import open_previews
+
+    async with open_previews(store, retain_after_end=options.preview_retention) as previews:
+        yield previews
 
 
 def _url(configured: Any) -> str:

@@ -154,7 +154,7 @@ class _Db(_Thread[Any]):
         self.sql: _Statements | None = None
         super().__init__(name)
 
-    def run(self, stmt: sql.Composable, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    def run(self, stmt: sql.Composed, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         import psycopg
 
         for attempt in (1, 2):
@@ -484,7 +484,7 @@ async def open_previews(
     """
     if not (retain_after_end > 0 and orphan_after > 0 and sweep_every > 0):
         raise ValueError("retain_after_end, orphan_after and sweep_every must be positive")
-    connect = store._connect  # noqa: SLF001  (a connection of its own, as the store's threads)
+    connect = store._connect  # a connection of its own, as the store's threads have
     statements = _Statements(store.schema, store.table)
 
     def create() -> None:
