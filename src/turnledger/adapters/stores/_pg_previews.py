@@ -80,9 +80,10 @@ class PreviewDelta:
 
 def preview_key(session_id: str, request_id: str) -> str:
     """The short key a notification names a turn by (16 hex digits)."""
+    sid = session_id.encode("utf-8", "surrogatepass")
     h = hashlib.blake2b(digest_size=8)
-    h.update(session_id.encode("utf-8", "surrogatepass"))
-    h.update(b"\0")
+    h.update(len(sid).to_bytes(8, "big"))  # (an id may hold any character, NUL too)
+    h.update(sid)
     h.update(request_id.encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
@@ -124,10 +125,11 @@ class _Statements:
         # Whole turns whose end is older than the window; rows of turns
         # without an end (an owner that died) older than the orphan age.
         self.sweep = sql.SQL(
-            "DELETE FROM {0} AS p WHERE EXISTS (SELECT 1 FROM {0} AS e"
+            "WITH d AS (DELETE FROM {0} AS p WHERE EXISTS (SELECT 1 FROM {0} AS e"
             " WHERE e.session_id = p.session_id AND e.request_id = p.request_id"
             " AND e.kind = 'end' AND e.created_at < now() - make_interval(secs => %s))"
-            " OR p.created_at < now() - make_interval(secs => %s)"
+            " OR p.created_at < now() - make_interval(secs => %s) RETURNING 1)"
+            " SELECT count(*) FROM d"
         ).format(p)
         self.live = sql.SQL(_LEASE_STATE + " WHERE l.session_id = %s").format(lt)
         self.listen = sql.SQL("LISTEN {}").format(sql.Identifier(self.channel))
@@ -306,13 +308,8 @@ class Previews:
         writer = self._writer
         args = (self.retain_after_end, self.orphan_after)
 
-        def run(_: object) -> int:
-            writer.run(self._sql.sweep, args)
-            assert writer.conn is not None
-            return int(writer.conn.pgconn.cmd_tuples)
-
-        n: int = await writer.call(_Call(run))
-        return n
+        rows = await writer.call(_Call(lambda _: writer.run(self._sql.sweep, args)))
+        return int(rows[0][0])
 
     async def _sweep_forever(self) -> None:
         while True:
