@@ -129,9 +129,7 @@ async def test_a_turn_without_an_end_row_ends_once_its_outcome_is_logged(
 
         async def follow() -> None:
             got.extend(
-                await _collect(
-                    previews, "s", "dead", ended=ended, poll_interval=0.1, end_grace=0.3
-                )
+                await _collect(previews, "s", "dead", ended=ended, poll_interval=0.1, end_grace=0.3)
             )
 
         with trio.fail_after(20):
