@@ -298,9 +298,10 @@ def main() -> None:
                 rounds.append(trio.run(cross_node_latency, one, two, s, question, f"r{r}"))
         print(f"\ncross-node: {s} streams x {d} deltas, {g}s apart; median of {args.rounds} rounds")
         for label, i in (("other node", 0), ("same node (baseline)", 1)):
-            p50 = statistics.median(x[i].quantile(0.5) for x in rounds)  # type: ignore[attr-defined]
-            p99 = statistics.median(x[i].quantile(0.99) for x in rounds)  # type: ignore[attr-defined]
-            n = statistics.median(len(x[i].samples) for x in rounds)  # type: ignore[attr-defined]
+            lats = [x[0] if i == 0 else x[1] for x in rounds]
+            p50 = statistics.median(x.quantile(0.5) for x in lats)
+            p99 = statistics.median(x.quantile(0.99) for x in lats)
+            n = statistics.median(len(x.samples) for x in lats)
             print(f"  {label:22} p50 {_ms(p50)}  p99 {_ms(p99)}  ({n:.0f} deltas a round)")
         print(f"  committed: {[x[2] for x in rounds]} of {s} a round")
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
