@@ -100,6 +100,16 @@ def test_a_client_reattaches_to_another_node_and_gets_the_rest_once(
             turns = c.get("/v1/sessions/x-1").json()["turns"]
             assert turns == [{"request_id": "r1", "question": "slow 30 0.1", "answer": text}]
         assert _tags(b, "x-1").count("turn_submitted") == 1
+        # The owner published in batches; the other node followed, and
+        # has no follower left.
+        deadline = time.monotonic() + 10
+        while (published := a.get("/healthz").json()["previews"])["rows"] < 31:
+            assert time.monotonic() < deadline, published  # 30 deltas and the end row
+            time.sleep(0.05)
+        assert published["rows"] == 31 and 1 <= published["batches"] <= 31
+        assert published["publish_errors"] == 0
+        followed = b.get("/healthz").json()["previews"]
+        assert followed["notifications"] >= 1 and followed["following"] == 0
 
 
 def test_a_retry_on_another_node_joins_the_turn_and_never_asks_twice(

@@ -981,17 +981,25 @@ class _Service:
 
     async def healthz(self, request: Request) -> Response:
         stats = self.hub.statistics()
-        return _json(
-            {
-                "ok": True,
-                "actors": stats.actors,
-                "in_flight": stats.in_flight,
-                "relays": len(self.live),
-                "kept_results": len(self.done),
-                "kept_results_bytes": self.kept_bytes,
-                "store_errors": stats.store_errors,
+        body: dict[str, Any] = {
+            "ok": True,
+            "actors": stats.actors,
+            "in_flight": stats.in_flight,
+            "relays": len(self.live),
+            "kept_results": len(self.done),
+            "kept_results_bytes": self.kept_bytes,
+            "store_errors": stats.store_errors,
+        }
+        p = self.previews
+        if p is not None:
+            body["previews"] = {
+                "batches": p.batches,
+                "rows": p.rows_published,
+                "publish_errors": p.publish_errors,
+                "notifications": p.notifications,
+                "following": p.following,
             }
-        )
+        return _json(body)
 
     async def page(self, request: Request) -> Response:
         policy = f"{LIVE_PAGE_POLICY}; frame-ancestors 'none'"

@@ -246,6 +246,11 @@ class Previews:
         self.notifications = 0
         self.publish_errors = 0
 
+    @property
+    def following(self) -> int:
+        """Followers waiting in this process now."""
+        return sum(len(f) for f in self._followers.values())
+
     # -- publishing ----------------------------------------------------------
 
     def publish(self, session_id: str, request_id: str, seq: int, text: str) -> None:
