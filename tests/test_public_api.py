@@ -71,8 +71,9 @@ PUBLIC: dict[str, str] = {
         "parse_retry_after"
     ),
     "turnledger.adapters.stores": (
-        "JournalStore MemorySnapshots MemoryStore PostgresSnapshots PostgresStore SQLiteSnapshots "
-        "SQLiteStats SQLiteStore SessionLease open_store snapshots_beside store_kind"
+        "JournalStore MemorySnapshots MemoryStore PostgresSnapshots PostgresStore PreviewDelta "
+        "Previews SQLiteSnapshots SQLiteStats SQLiteStore SessionLease open_previews open_store "
+        "snapshots_beside store_kind"
     ),
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail FaultyProvider FaultyStore "
