@@ -717,10 +717,8 @@ class _Service:
             relay = self.live.get(key)
             if relay is None:
                 # The first handle of the turn (a repeat joins the same relay).
-                release = partial(self.starting.release_on_behalf_of, slot)
-                relay = self.live[key] = _Relay(handle, release)
+                relay = self.relay(handle, partial(self.starting.release_on_behalf_of, slot))
                 held = False
-                self.nursery.start_soon(relay.run, self, key)
                 if self.settings.max_starting:
                     self.nursery.start_soon(relay.hold_at_most, self.settings.start_hold)
         finally:
@@ -730,6 +728,19 @@ class _Service:
         return StreamingResponse(
             relay.stream(0, head), media_type="text/event-stream", headers=_SSE_HEADERS
         )
+
+    def relay(self, handle: TurnHandle, started: Callable[[], None] = lambda: None) -> _Relay:
+        """The relay of a turn this process runs (started now if it has none):
+        its streams here read it, and with previews it publishes the turn's
+        deltas for the other nodes. A turn started here on another node's
+        behalf (a hand-over) gets one too, so that it is followed from there.
+        ``started`` is called at the turn's first delta or its end."""
+        key = (handle.session_id, handle.request_id)
+        relay = self.live.get(key)
+        if relay is None:
+            relay = self.live[key] = _Relay(handle, started)
+            self.nursery.start_soon(relay.run, self, key)
+        return relay
 
     async def reattach(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
