@@ -100,6 +100,17 @@ def test_a_client_reattaches_to_another_node_and_gets_the_rest_once(
             turns = c.get("/v1/sessions/x-1").json()["turns"]
             assert turns == [{"request_id": "r1", "question": "slow 30 0.1", "answer": text}]
         assert _tags(b, "x-1").count("turn_submitted") == 1
+        # What names no turn is refused on the other node too, and writes nothing.
+        for path, code in (
+            ("/v1/sessions/x-1/turns/nope/stream", "unknown_request"),
+            ("/v1/sessions/nobody/turns/r1/stream", "unknown_session"),
+        ):
+            r = b.get(path)
+            assert (r.status_code, r.json()["error"]["code"]) == (404, code)
+        r = b.get("/v1/sessions/x-1/turns/r1/stream", headers={"Last-Event-ID": "-1"})
+        assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_last_event_id")
+        assert len(_tags(a, "x-1")) == len(_tags(b, "x-1"))
+        assert b.get("/v1/sessions/nobody").status_code == 404
         # The owner published in batches; the other node followed, and
         # has no follower left.
         deadline = time.monotonic() + 10
@@ -197,3 +208,10 @@ def test_node_id_needs_a_postgresql_store(provider: LoopbackServer, tmp_path: Pa
     assert done.returncode == 2
     assert b"--node-id needs a PostgreSQL store" in done.stderr
     assert not (tmp_path / "s.db").exists()
+    for bad, says in (
+        (("--node-id", " "), b"--node-id must be"),
+        (("--node-id", "n1", "--preview-retention", "0"), b"--preview-retention must be"),
+    ):
+        cmd = serve_command("postgresql://nobody@127.0.0.1:1/none", provider.openai_base_url)
+        done = subprocess.run([*cmd, *bad], capture_output=True, timeout=60)
+        assert done.returncode == 2 and says in done.stderr, done.stderr

@@ -282,13 +282,19 @@ class Previews:
         columns = tuple(list(c) for c in zip(*batch, strict=True))
         args = (*columns, self._sql.channel, payloads)
         writer = self._writer
-        try:
-            await writer.call(_Call(lambda _: writer.run(self._sql.publish, args)))
-        except StoreError as exc:
-            # A preview is not history: followers fall back on the log.
-            self.publish_errors += 1
-            log.warning("preview_publish_failed", rows=len(batch), error=type(exc).__name__)
-            return
+        for pause in (0.1, 0.5, None):
+            try:
+                await writer.call(_Call(lambda _: writer.run(self._sql.publish, args)))
+                break
+            except StoreError as exc:
+                # Tried again a few times (a row written twice is skipped),
+                # then given up: a preview is not history, and followers
+                # end with the outcome from the log, whose answer is whole.
+                self.publish_errors += 1
+                log.warning("preview_publish_failed", rows=len(batch), error=type(exc).__name__)
+                if pause is None:
+                    return
+                await trio.sleep(pause)
         self.batches += 1
         self.rows_published += len(batch)
 
