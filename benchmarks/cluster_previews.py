@@ -88,8 +88,9 @@ def fresh_schema(base: str = DSN) -> Iterator[str]:
 
 async def publish_cost(
     dsn: str, streams: int, deltas: int, gap: float, batched: bool
-) -> tuple[Latencies, int, int]:
-    """Publish-to-follower latencies, statements and rows of one run."""
+) -> tuple[Latencies, int, int, int]:
+    """Publish-to-follower latencies, statements and rows written, and the
+    followers' read statements, of one run."""
     from turnledger.adapters.stores import PostgresStore, open_previews
 
     store = await PostgresStore.open(dsn)
@@ -119,6 +120,7 @@ async def publish_cost(
 
         before = previews.batches
         rows_before = previews.rows_published
+        reads_before = previews.reads
         async with trio.open_nursery() as nursery:
             for i in range(streams):
                 nursery.start_soon(follow, i)
@@ -129,6 +131,7 @@ async def publish_cost(
             Latencies(lat),
             previews.batches - before,
             previews.rows_published - rows_before,
+            previews.reads - reads_before,
         )
 
 
@@ -274,7 +277,10 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
     s, d, g = args.streams, args.deltas, args.gap
     if args.only in (None, "publish"):
-        results: dict[str, list[tuple[Latencies, int, int]]] = {"batched": [], "per-delta": []}
+        results: dict[str, list[tuple[Latencies, int, int, int]]] = {
+            "batched": [],
+            "per-delta": [],
+        }
         for _ in range(args.rounds):
             for kind in results:
                 with fresh_schema() as dsn:
@@ -287,7 +293,9 @@ def main() -> None:
             p99s[kind] = p99 = statistics.median(r[0].quantile(0.99) for r in runs)
             stmts = statistics.median(r[1] for r in runs)
             per = statistics.median(r[2] / max(1, r[1]) for r in runs)
+            reads = statistics.median(r[3] / max(1, r[2]) for r in runs)
             print(f"  {kind:10} statements {stmts:7.0f}  rows/statement {per:6.1f}"
+                  f"  follower reads/row {reads:5.2f}"
                   f"  publish->follower p50 {_ms(p50)}  p99 {_ms(p99)}")  # fmt: skip
         print(f"  p99 per-delta / batched: {p99s['per-delta'] / p99s['batched']:.1f}x")
     if args.only in (None, "cross-node"):

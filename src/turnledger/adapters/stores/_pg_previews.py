@@ -154,6 +154,8 @@ class _Db(_Thread[Any]):
     def __init__(self, name: str, connect: Callable[[], psycopg.Connection[Any]]) -> None:
         self.connect = connect
         self.sql: _Statements | None = None
+        #: Statements run (a group of reads is one).
+        self.statements = 0
         super().__init__(name)
 
     def run(self, stmt: sql.Composed, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -165,6 +167,7 @@ class _Db(_Thread[Any]):
                     if self.conn is not None:
                         self.conn.close()
                     self.conn = self.connect()
+                self.statements += 1
                 cur = self.conn.execute(stmt, args, binary=True)
                 return cur.fetchall() if cur.description else []
             except psycopg.Error as exc:
@@ -245,6 +248,12 @@ class Previews:
         self.rows_published = 0
         self.notifications = 0
         self.publish_errors = 0
+
+    @property
+    def reads(self) -> int:
+        """Statements that read rows for followers (reads waiting together
+        are one)."""
+        return self._reader.statements
 
     @property
     def following(self) -> int:
