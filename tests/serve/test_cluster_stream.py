@@ -145,7 +145,7 @@ def test_a_retry_on_another_node_joins_the_turn_and_never_asks_twice(
 def test_rows_stay_while_the_turn_runs_and_go_after_the_window(
     provider: LoopbackServer, pg_dsn: str, tmp_path: Path
 ) -> None:
-    with _nodes(pg_dsn, provider.openai_base_url, tmp_path, "--preview-retention", "1") as (
+    with _nodes(pg_dsn, provider.openai_base_url, tmp_path, "--preview-retention", "3") as (
         _,
         _,
         a,
@@ -162,14 +162,17 @@ def test_rows_stay_while_the_turn_runs_and_go_after_the_window(
         assert rest[-1]["event"] == "outcome"
         ended = time.monotonic()
         # Just after the end the rows are still there for reattaching
-        # clients (21: 20 deltas and the end row)...
-        assert _preview_rows(pg_dsn, "x-3") == 21
-        # ...and a sweep (every 5 s, by either node) drops them after the 1 s window.
-        deadline = ended + 20
+        # clients (21: 20 deltas and the end row, written just after the
+        # outcome)...
+        while (n := _preview_rows(pg_dsn, "x-3")) < 21 and time.monotonic() < ended + 2.5:
+            time.sleep(0.05)
+        assert n == 21
+        # ...and a sweep (every 5 s, by either node) drops them after the 3 s window.
+        deadline = ended + 25
         while _preview_rows(pg_dsn, "x-3") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert _preview_rows(pg_dsn, "x-3") == 0
-        assert time.monotonic() - ended >= 1.0
+        assert time.monotonic() - ended >= 3.0
         # A reattach after that gets the outcome from the log.
         assert _reattach(b, "x-3", "w1", 0)[-1]["data"]["kind"] == "committed"
 
