@@ -236,6 +236,16 @@ def _loopback_main() -> None:
         signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: The pids of the nodes the last ``two_nodes`` started.
+NODE_PIDS: list[int] = []
+
+
 @contextmanager
 def two_nodes(dsn: str) -> Iterator[tuple[str, str]]:
     """The loopback model server and two serve nodes on ``dsn``."""
@@ -251,6 +261,7 @@ def two_nodes(dsn: str) -> Iterator[tuple[str, str]]:
             proc, url = _spawn(cmd)
             procs.append(proc)
             urls.append(url)
+        NODE_PIDS[:] = [procs[1].pid, procs[2].pid]
         yield urls[0], urls[1]
     finally:
         for p in reversed(procs):
@@ -301,9 +312,13 @@ def main() -> None:
     if args.only in (None, "cross-node"):
         question = f"{d} {g}"
         rounds: list[tuple[Latencies, Latencies, int]] = []
+        cpu: list[tuple[float, float]] = []
         for r in range(args.rounds):
             with fresh_schema() as dsn, two_nodes(dsn) as (one, two):
+                before = [cpu_seconds(pid) for pid in NODE_PIDS]
                 rounds.append(trio.run(cross_node_latency, one, two, s, question, f"r{r}"))
+                n1, n2 = (cpu_seconds(pid) - b for pid, b in zip(NODE_PIDS, before, strict=True))
+                cpu.append((n1, n2))
         print(f"\ncross-node: {s} streams x {d} deltas, {g}s apart; median of {args.rounds} rounds")
         for label, i in (("other node", 0), ("same node (baseline)", 1)):
             lats = [x[0] if i == 0 else x[1] for x in rounds]
@@ -312,6 +327,14 @@ def main() -> None:
             n = statistics.median(len(x.samples) for x in lats)
             print(f"  {label:22} p50 {_ms(p50)}  p99 {_ms(p99)}  ({n:.0f} deltas a round)")
         print(f"  committed: {[x[2] for x in rounds]} of {s} a round")
+        # Node 1 runs the turns (model stream, log, two local streams each,
+        # publishing); node 2 only follows (one stream each). Per delta of
+        # all the turns, load-independent as CPU time.
+        all_deltas = s * d
+        n1 = statistics.median(c[0] for c in cpu) / all_deltas * 1e6
+        n2 = statistics.median(c[1] for c in cpu) / all_deltas * 1e6
+        print(f"  CPU per delta: owner node {n1:.0f} us (runs, publishes, 2 local streams),"
+              f" following node {n2:.0f} us (1 followed stream)")  # fmt: skip
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 
