@@ -218,3 +218,31 @@ def test_node_id_needs_a_postgresql_store(provider: LoopbackServer, tmp_path: Pa
         cmd = serve_command("postgresql://nobody@127.0.0.1:1/none", provider.openai_base_url)
         done = subprocess.run([*cmd, *bad], capture_output=True, timeout=60)
         assert done.returncode == 2 and says in done.stderr, done.stderr
+
+
+def test_a_following_node_that_stops_never_cancels_the_turn(
+    provider: LoopbackServer, pg_dsn: str, tmp_path: Path
+) -> None:
+    with _nodes(pg_dsn, provider.openai_base_url, tmp_path) as (_, two, a, b):
+        post_turn(a, "x-5", "slow 60 0.1", rid="s1", stop_after_deltas=2)
+        with b.stream(
+            "GET", "/v1/sessions/x-5/turns/s1/stream", headers={"Last-Event-ID": "2"}
+        ) as r:
+            assert [int(e["id"]) for e in sse_events(r, stop_after_deltas=1)] == [3]
+            stopped = time.monotonic()
+            two.proc.send_signal(signal.SIGTERM)
+            rest = sse_events(r)
+        # The following node stops: its stream says so, within its grace...
+        assert rest[-1] == {
+            "event": "error",
+            "data": {
+                "code": "shutting_down",
+                "message": "the service stopped before the turn ended",
+            },
+        }
+        assert two.proc.wait(30) == 0
+        assert time.monotonic() - stopped < 15
+        # ...and the turn goes on on its owner, to its committed answer.
+        end = _reattach(a, "x-5", "s1", 60)[-1]
+        assert (end["event"], end["data"]["kind"]) == ("outcome", "committed")
+        assert end["data"]["answer"] == answer_for("slow 60")

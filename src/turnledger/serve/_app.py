@@ -822,6 +822,8 @@ class _Service:
 
         async def ended() -> bool:
             nonlocal timed_out
+            if self.stopping.is_set():
+                return True  # this service stops: the stream ends (shutting_down)
             if trio.current_time() >= deadline:
                 timed_out = True
                 return True
@@ -839,14 +841,17 @@ class _Service:
                 if found is not None:
                     yield _frame("outcome", found)
                     return
+                if self.stopping.is_set():
+                    yield _sse("error", _STOPPING)
+                    return
                 if await ended():
                     continue
                 with trio.move_on_after(settings.follow_poll):
                     await self.stopping.wait()
-                if self.stopping.is_set():
-                    yield _sse("error", _STOPPING)
-                    return
         except StoreError as exc:
+            if self.stopping.is_set():  # (the previews close with the service)
+                yield _sse("error", _STOPPING)
+                return
             message = f"the event store failed: {describe_store_error(exc)}"
             yield _sse("error", {"code": "store_error", "message": message})
             return

@@ -156,7 +156,21 @@ class _Db(_Thread[Any]):
         self.sql: _Statements | None = None
         #: Statements run (a group of reads is one).
         self.statements = 0
+        #: Set before the thread's last call is queued: nothing queued
+        #: after it would ever be answered.
+        self.closed = False
         super().__init__(name)
+
+    async def call(self, request: _Request) -> Any:
+        if self.closed:
+            await trio.lowlevel.checkpoint()
+            raise StoreError("the previews are closed")
+        return await super().call(request)
+
+    async def shutdown(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await super().call(_Call(lambda _: self.close(), last=True))
 
     def run(self, stmt: sql.Composed, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         import psycopg
@@ -470,8 +484,8 @@ class Previews:
     async def _aclose(self) -> None:
         self._stop_listening.set()
         with trio.CancelScope(shield=True):
-            for db in (self._writer, self._reader):
-                await db.call(_Call(lambda _, db=db: db.close(), last=True))  # type: ignore[misc]
+            await self._writer.shutdown()
+            await self._reader.shutdown()
 
 
 @contextlib.asynccontextmanager
