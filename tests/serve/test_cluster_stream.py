@@ -246,3 +246,32 @@ def test_a_following_node_that_stops_never_cancels_the_turn(
         end = _reattach(a, "x-5", "s1", 60)[-1]
         assert (end["event"], end["data"]["kind"]) == ("outcome", "committed")
         assert end["data"]["answer"] == answer_for("slow 60")
+
+
+@pytest.mark.timeout(180)
+def test_a_follower_of_a_paused_owner_ends_with_interrupted_after_its_lease(
+    provider: LoopbackServer, pg_dsn: str, tmp_path: Path
+) -> None:
+    with _nodes(pg_dsn, provider.openai_base_url, tmp_path) as (one, _, a, b):
+        post_turn(a, "x-6", "slow 600 0.1", rid="p1", stop_after_deltas=2)
+        try:
+            with b.stream(
+                "GET", "/v1/sessions/x-6/turns/p1/stream", headers={"Last-Event-ID": "2"}
+            ) as r:
+                sse_events(r, stop_after_deltas=1)
+                paused = time.monotonic()
+                one.proc.send_signal(signal.SIGSTOP)
+                # Its connection stays open: its lease is live until it runs
+                # out (10 s), then the following node takes the session over.
+                rest = sse_events(r)
+            took = time.monotonic() - paused
+        finally:
+            one.proc.send_signal(signal.SIGCONT)
+        end = rest[-1]
+        assert end["event"] == "outcome", rest[-3:]
+        assert (end["data"]["kind"], end["data"]["reason"]) == ("discarded", "interrupted")
+        assert 8 < took < 60, took
+        # The owner wakes up and streams on; nothing it writes lands.
+        time.sleep(2)
+        tags = _tags(b, "x-6")
+        assert tags.count("turn_discarded") == 1 and "turn_committed" not in tags
