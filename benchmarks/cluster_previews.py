@@ -315,6 +315,9 @@ def main() -> None:
         cpu: list[tuple[float, float]] = []
         for r in range(args.rounds):
             with fresh_schema() as dsn, two_nodes(dsn) as (one, two):
+                # Warm up first: what the nodes import and build on their
+                # first requests is not a delta's cost.
+                trio.run(cross_node_latency, one, two, 2, "3 0.01", f"warm{r}")
                 before = [cpu_seconds(pid) for pid in NODE_PIDS]
                 rounds.append(trio.run(cross_node_latency, one, two, s, question, f"r{r}"))
                 n1, n2 = (cpu_seconds(pid) - b for pid, b in zip(NODE_PIDS, before, strict=True))
