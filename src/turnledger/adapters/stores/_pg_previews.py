@@ -25,8 +25,9 @@ registers its key first, then reads the rows after ``after_seq``, then
 reads again after each notification (and at least every ``poll_interval``):
 it only ever asks for ``seq > last``, so the switch from reading to listening
 has no gap (registered before the first read) and no duplicate. Reads waiting
-together are one statement and one hop to the reading thread. A lost listening connection is opened again, and
-every follower reads once more (a notification sent meanwhile is not lost).
+together are one statement and one hop to the reading thread. A lost
+listening connection is opened again, and every follower reads once more (a
+notification sent meanwhile is not lost).
 
 Retention. Rows are kept while the turn runs and ``retain_after_end`` seconds
 (default 30) after its ``end`` row; a turn without an ``end`` row (its owner
@@ -149,12 +150,10 @@ class _PendingRead:
 
 
 class _Db(_Thread[Any]):
-    """A connection of its own on a thread: the reads that wait together are
-    one statement; other work comes as calls."""
+    """A connection of its own on a thread, fed statements as calls."""
 
     def __init__(self, name: str, connect: Callable[[], psycopg.Connection[Any]]) -> None:
         self.connect = connect
-        self.sql: _Statements | None = None
         #: Statements run (a group of reads is one).
         self.statements = 0
         #: Set before the thread's last call is queued: nothing queued
@@ -244,7 +243,6 @@ class Previews:
         self._stop_listening = threading.Event()
         self._writer = _Db("turnledger-previews-writer", connect)
         self._reader = _Db("turnledger-previews-reader", connect)
-        self._writer.sql = self._reader.sql = statements
         #: Batches written, rows in them, and notifications received
         #: (for benchmarks and tests).
         self.batches = 0
