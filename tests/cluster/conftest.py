@@ -34,7 +34,12 @@ def cluster_of(
 ) -> Iterator[Callable[..., AbstractContextManager[Cluster]]]:
     """``cluster_of(nodes, nginx=...)``: a cluster on this test's schema."""
 
-    def make(nodes: int, *, nginx: bool, node_args: tuple[str, ...] = ()) -> AbstractContextManager[Cluster]:
-        return open_cluster(pg_dsn, tmp_path / "cluster", nodes, nginx=nginx, node_args=node_args)
+    def make(
+        nodes: int, *, nginx: bool, node_args: tuple[str, ...] = ()
+    ) -> AbstractContextManager[Cluster]:
+        # A model that stays silent for a while is the loaded machine, not
+        # the model: the turns wait for it rather than time out.
+        args = ("--idle-timeout", "120", *node_args)
+        return open_cluster(pg_dsn, tmp_path / "cluster", nodes, nginx=nginx, node_args=args)
 
     yield make

@@ -450,6 +450,10 @@ class TurnRecord:
     #: Arrival time of each delta, by id (the first arrival).
     arrivals: dict[int, float] = attrs.field(factory=dict)
     ended_at: float | None = None
+    #: When (wall clock) a reattach brought the outcome alone: the turn had
+    #: ended by the time the node served it, and an ended turn's stream is
+    #: its outcome (the answer is in it), not the deltas the client missed.
+    bare_outcome_at: float | None = None
 
     @property
     def text(self) -> str:
@@ -576,6 +580,7 @@ async def _read(
     headers = {}
     if method == "GET":
         headers["Last-Event-ID"] = str(record.deltas[-1][0] if record.deltas else 0)
+    here = 0
     async with client.stream(method, url, json=body, headers=headers) as r:
         if r.status_code in _RETRY_STATUS:
             await r.aread()
@@ -588,6 +593,7 @@ async def _read(
             if event == "turn":
                 record.acked = True
             elif event == "delta":
+                here += 1
                 now = time.monotonic()
                 record.deltas.append((ident, data["text"]))
                 record.arrivals.setdefault(ident, now)
@@ -597,6 +603,8 @@ async def _read(
                     return
             elif event == "outcome":
                 record.outcome = data
+                if method == "GET" and not here:
+                    record.bare_outcome_at = time.time()
                 return
             elif event == "error":
                 raise _Retry(f"error event {data}")
