@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.loopback, pytest.mark.slow]
 MULTI_NODE = False
 
 #: Deltas per turn and the model's pause between them (s).
-DELTAS, PAUSE = 10, 0.05
+DELTAS, PAUSE = 10, 0.25
 TURNS = 2
 
 ClusterOf = Callable[..., AbstractContextManager[Cluster]]
@@ -220,8 +220,11 @@ async def _check(
     return {
         "kinds": dict(kinds),
         "reattached": sum(1 for r in records if sum(k == "stream" for k, _ in r.calls) >= 1),
-        "cross_node": sum(1 for r in records if len({u for _, u in r.calls}) >= 2),
+        # Turns whose deltas came from two nodes or more.
+        "cross_node": sum(1 for r in records if len(set(r.sources)) >= 2),
         "retries": sum(len(r.retries) for r in records),
+        # A cluster never answers that another node owns the session.
+        "owned_elsewhere": sum(1 for r in records for x in r.retries if "owned_elsewhere" in x),
         # Reattaches that got deltas: the turn was still streaming.
         "resumed_mid_stream": sum(
             1
@@ -260,12 +263,14 @@ async def test_one_node_under_many_clients_streams_reattaches_and_cancels(
 ) -> None:
     if route == "nginx":
         request.getfixturevalue("nginx_binary")
-    # What works today: one node, the same clients, checks and proxy.
+    # What works today: one node, the same clients (at most 100: one
+    # process serves them all), checks and proxy.
+    clients = min(CLIENTS, 100)
     report = await _cluster_run(
-        cluster_of, 1, nginx=route == "nginx", clients=CLIENTS, kill=False, deadline=120
+        cluster_of, 1, nginx=route == "nginx", clients=clients, kill=False, deadline=120
     )
-    assert report["kinds"].get("discarded/cancelled", 0) + report["kinds"].get("committed", 0)
-    assert report["kinds"].get("committed", 0) > CLIENTS, report
+    assert report["kinds"].get("discarded/cancelled", 0) > 0, report
+    assert report["kinds"].get("committed", 0) > clients, report
 
 
 @pytest.mark.timeout(300)
@@ -286,5 +291,7 @@ async def test_three_nodes_survive_a_sigkill_under_300_clients(
         cluster_of, 3, nginx=route == "nginx", clients=clients, kill=True,
         deadline=120 if MULTI_NODE else 20,
     )  # fmt: skip
+    assert report["owned_elsewhere"] == 0, report
+    assert report["kinds"].get("discarded/interrupted", 0) > 0, report
     if route == "random":
         assert report["cross_node"] > clients // 2, report

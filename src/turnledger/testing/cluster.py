@@ -437,6 +437,8 @@ class TurnRecord:
     acked: bool = False
     #: ``(id, text)`` of every delta received, in order, over every connection.
     deltas: list[tuple[int, str]] = attrs.field(factory=list)
+    #: The base URL each of ``deltas`` came from.
+    sources: list[str] = attrs.field(factory=list)
     #: The ``outcome`` event's data.
     outcome: dict[str, Any] | None = None
     #: The cancel's answer, if one was sent.
@@ -577,6 +579,7 @@ async def _read(
 ) -> None:
     """Read one SSE response into ``record``; return early once
     ``stop_after`` deltas are in (closing the connection)."""
+    base = url.split("/v1/", 1)[0]
     headers = {}
     if method == "GET":
         headers["Last-Event-ID"] = str(record.deltas[-1][0] if record.deltas else 0)
@@ -596,6 +599,7 @@ async def _read(
                 here += 1
                 now = time.monotonic()
                 record.deltas.append((ident, data["text"]))
+                record.sources.append(base)
                 record.arrivals.setdefault(ident, now)
                 if record.first_delta_at is None:
                     record.first_delta_at = now
