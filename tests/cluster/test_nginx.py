@@ -3,6 +3,7 @@ Server-Sent Events passed on as they come, and a dead node left out."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections import Counter
@@ -81,7 +82,8 @@ async def test_nginx_round_robins_streams_as_it_comes_and_leaves_a_dead_node_out
 
 
 def test_the_nginx_config_names_every_node_and_streams_unbuffered(tmp_path: Path) -> None:
-    text = nginx_config(["127.0.0.1:1001", "127.0.0.1:1002"], port=8080, prefix=tmp_path)
+    text = nginx_config(["127.0.0.1:1001", "127.0.0.1:1002"], listen="127.0.0.1:8080",
+                        prefix=tmp_path)  # fmt: skip
     assert "server 127.0.0.1:1001 max_fails=1 fail_timeout=5s;" in text
     assert "server 127.0.0.1:1002 max_fails=1 fail_timeout=5s;" in text
     assert "listen 127.0.0.1:8080;" in text
@@ -89,3 +91,11 @@ def test_the_nginx_config_names_every_node_and_streams_unbuffered(tmp_path: Path
               "proxy_set_header Host 127.0.0.1;", "proxy_next_upstream error timeout;"]  # fmt: skip
     for line in wanted:
         assert line in text
+
+
+def test_the_scaling_page_shows_the_config_the_tests_run() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "scaling.md").read_text(encoding="utf-8")
+    [shown] = re.findall(r"```nginx\n(.*?)```", page, flags=re.DOTALL)
+    upstreams = ["10.0.0.11:8421", "10.0.0.12:8421", "10.0.0.13:8421"]
+    prefix = Path("/var/lib/turnledger-nginx")
+    assert shown == nginx_config(upstreams, listen="8080", prefix=prefix, user="www-data")

@@ -253,9 +253,13 @@ def find_nginx() -> str | None:
     )
 
 
-def nginx_config(upstreams: Sequence[str], *, port: int, prefix: Path) -> str:
-    """An nginx configuration that round-robins over ``upstreams``
-    (``host:port``) and streams Server-Sent Events as they come.
+def nginx_config(
+    upstreams: Sequence[str], *, listen: str, prefix: Path, user: str | None = None
+) -> str:
+    """An nginx configuration that listens on ``listen`` (``[host:]port``),
+    round-robins over ``upstreams`` (``host:port``) and streams Server-Sent
+    Events as they come; its pid file, logs and buffers go under ``prefix``,
+    and its worker runs as ``user`` (``None``: nginx's default).
 
     Open-source nginx checks health passively: a node that refuses a
     connection or times out once (``max_fails=1``) is left out for
@@ -267,9 +271,9 @@ def nginx_config(upstreams: Sequence[str], *, port: int, prefix: Path) -> str:
         f"    {kind}_temp_path {prefix / kind};"
         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
-    user = "user root root;\n" if os.geteuid() == 0 else ""
+    as_user = f"user {user};\n" if user else ""
     return f"""\
-{user}daemon off;
+{as_user}daemon off;
 master_process on;
 worker_processes 1;
 worker_rlimit_nofile 16384;
@@ -286,7 +290,7 @@ http {{
         keepalive 256;
     }}
     server {{
-        listen 127.0.0.1:{port};
+        listen {listen};
         location / {{
             proxy_pass http://turnledger;
             proxy_http_version 1.1;
@@ -351,7 +355,9 @@ def running_nginx(upstreams: Sequence[str], folder: Path) -> Iterator[Nginx]:
         (folder / kind).mkdir(exist_ok=True)
     port = _free_port()
     config = folder / "nginx.conf"
-    config.write_text(nginx_config(upstreams, port=port, prefix=folder))
+    # As root (CI), the worker runs as root too: it writes under ``folder``.
+    user = "root root" if os.geteuid() == 0 else None
+    config.write_text(nginx_config(upstreams, listen=f"127.0.0.1:{port}", prefix=folder, user=user))
     # -e: the error log before the configuration is read (not /var/log).
     command = [binary, "-p", str(folder), "-c", str(config), "-e", str(folder / "error.log")]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, start_new_session=True)
