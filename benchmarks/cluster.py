@@ -19,8 +19,9 @@ and N serve nodes (``turnledger.testing.cluster``), and stops them after.
 - ``ttfd p50/p99``: time to first delta, from sending the POST to the
   first ``delta`` event.
 - ``db ms/turn``: CPU of the PostgreSQL backends the nodes connected
-  (``application_name`` set per row, their ``/proc/PID/stat``), per turn;
-  the server's shared processes (WAL writer, checkpointer) are not counted.
+  (found by their ``application_name``, read from ``/proc/PID/stat``), per
+  turn; the server's shared processes (WAL writer, checkpointer) are not
+  counted.
 - ``cross-node preview``: ``--streams`` turns at once, each POSTed to one
   node and followed at the same time from another with ``GET .../stream``;
   per delta, its arrival there minus its arrival on the owner's stream;
@@ -69,9 +70,8 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
-def fresh_schema(base: str, app: str) -> Iterator[str]:
-    """A DSN whose search_path is a new schema (dropped afterwards) and whose
-    connections carry ``application_name`` ``app``."""
+def fresh_schema(base: str) -> Iterator[str]:
+    """A DSN whose search_path is a new schema, dropped afterwards."""
     import psycopg
 
     schema = f"tl_bench_{uuid.uuid4().hex[:12]}"
@@ -79,7 +79,7 @@ def fresh_schema(base: str, app: str) -> Iterator[str]:
         admin.execute(f'CREATE SCHEMA "{schema}"')
         sep = "&" if "?" in base else "?"
         try:
-            yield f"{base}{sep}options={quote(f'-c search_path={schema}')}&application_name={app}"
+            yield f"{base}{sep}options={quote(f'-c search_path={schema}')}"
         finally:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
@@ -94,11 +94,13 @@ def _cpu_of(pid: int) -> float | None:
 
 
 class BackendMeter:
-    """CPU of the server backends whose ``application_name`` is ``app``:
-    sampled every ``every`` s (backends come and go), summed at the end."""
+    """CPU of the server backends that processes ``pids`` connected (the
+    store names each connection ``turnledger pid=PID host=...``): sampled
+    every ``every`` s (backends come and go), summed at the end."""
 
-    def __init__(self, base: str, app: str, every: float = 0.25) -> None:
-        self.base, self.app, self.every = base, app, every
+    def __init__(self, base: str, pids: Sequence[int], every: float = 0.25) -> None:
+        self.base, self.every = base, every
+        self.names = [f"turnledger pid={pid} %" for pid in pids]
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
         self._stop = threading.Event()
@@ -106,7 +108,7 @@ class BackendMeter:
 
     def _sample(self, conn: Any, *, baseline: bool) -> None:
         rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (self.app,)
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE ANY(%s)", (self.names,)
         ).fetchall()
         for (pid,) in rows:
             cpu = _cpu_of(pid)
@@ -233,10 +235,9 @@ async def _cross_node(cluster: Cluster, streams: int, question: str) -> dict[str
 
 
 def cluster_row(base: str, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
-    app = f"tl_cluster_{uuid.uuid4().hex[:8]}"
     question = f"slow {args.deltas} {args.pause}"
     with (
-        fresh_schema(base, app) as dsn,
+        fresh_schema(base) as dsn,
         TemporaryDirectory() as tmp,
         open_cluster(
             dsn,
@@ -246,7 +247,7 @@ def cluster_row(base: str, nodes: int, args: argparse.Namespace) -> dict[str, An
             node_args=("--idle-timeout", "300"),
         ) as cluster,  # fmt: skip
     ):
-        with BackendMeter(base, app) as meter:
+        with BackendMeter(base, [n.proc.pid for n in cluster.nodes]) as meter:
             seconds, records = trio.run(
                 _turns, cluster, args.routing, args.clients, args.turns, question
             )
@@ -307,7 +308,7 @@ def lease_renewal(base: str, sessions: Sequence[int]) -> dict[int, float]:
 
     out: dict[int, float] = {}
     for m in sessions:
-        with fresh_schema(base, "tl_bench_leases") as dsn:
+        with fresh_schema(base) as dsn:
 
             async def main(m: int = m, dsn: str = dsn) -> float:
                 store = await PostgresStore.open(dsn, lease=600)

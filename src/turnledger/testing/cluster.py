@@ -458,9 +458,10 @@ class TurnRecord:
     #: Arrival time of each delta, by id (the first arrival).
     arrivals: dict[int, float] = attrs.field(factory=dict)
     ended_at: float | None = None
-    #: When (wall clock) a reattach brought the outcome alone: the turn had
-    #: ended by the time the node served it, and an ended turn's stream is
-    #: its outcome (the answer is in it), not the deltas the client missed.
+    #: When (wall clock) a reattach (or a repeated POST) brought the outcome
+    #: alone: the turn had ended by the time the node served it, and an ended
+    #: turn's stream is its outcome (the answer is in it), not the deltas the
+    #: client missed.
     bare_outcome_at: float | None = None
 
     @property
@@ -613,7 +614,8 @@ async def _read(
                     return
             elif event == "outcome":
                 record.outcome = data
-                if method == "GET" and not here:
+                # A repeated POST of an ended turn is its recorded outcome.
+                if not here and (method == "GET" or data.get("repeated")):
                     record.bare_outcome_at = time.time()
                 return
             elif event == "error":
