@@ -172,6 +172,7 @@ def running_model() -> Iterator[ModelServer]:
         stdout=subprocess.PIPE,
         env=_child_env(),
         bufsize=0,
+        start_new_session=True,
     )
     try:
         line = _readline_within(proc, 30)
@@ -231,7 +232,12 @@ def running_node(dsn: str, base_url: str, folder: Path, name: str, *extra: str) 
     command = [sys.executable, "-m", "turnledger", "serve", "--db", dsn, "--port", "0",
                "--base-url", base_url, "--model", "m", "--log-json", *ident, *extra]  # fmt: skip
     with open(log, "wb") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, env=_child_env())
+        # A session of its own (setsid), as a separately started service has:
+        # Linux shares the CPU between sessions (autogroup), and nodes started
+        # in this process's session would share one share on a busy machine.
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=err, env=_child_env(), start_new_session=True
+        )
     try:
         try:
             line = _readline_within(proc, 60)
