@@ -47,15 +47,17 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import trio
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from postgres import fresh_schema
 
 from turnledger.testing.cluster import (
     Cluster,
@@ -67,21 +69,6 @@ from turnledger.testing.cluster import (
 )
 
 _TICK = os.sysconf("SC_CLK_TCK")
-
-
-@contextmanager
-def fresh_schema(base: str) -> Iterator[str]:
-    """A DSN whose search_path is a new schema, dropped afterwards."""
-    import psycopg
-
-    schema = f"tl_bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-        sep = "&" if "?" in base else "?"
-        try:
-            yield f"{base}{sep}options={quote(f'-c search_path={schema}')}"
-        finally:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def _cpu_of(pid: int) -> float | None:
