@@ -23,7 +23,7 @@ from ..sessions import (
     replay_sessions,
     subject_of,
 )
-from ..timeline import phase_name, session_summary, timeline
+from ..timeline import branch_tree, phase_name, session_summary, timeline
 from ._args import at_least, text_arg
 from ._display import fmt_time, print_json, visible
 from ._errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit
@@ -237,6 +237,11 @@ async def _cmd_log(args: argparse.Namespace) -> int:
             if args.text and r.text:
                 who = "you" if r.event == "turn_submitted" else "answer"
                 print(f"        {who}: {_one_line(r.text)}")
+        if not args.json and not args.request and len(session.branches) > 1:
+            # The tree after the events: each branch, where it starts, its turns.
+            print(f"  branches ({len(session.branches)}, * marks the active one):")
+            for line in branch_tree(session):
+                print(f"    {visible(line)}")
     if shown == 0:
         raise Exit(EXIT_NOT_FOUND, f"no events for request {args.request!r}")
     return EXIT_OK
