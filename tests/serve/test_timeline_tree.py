@@ -18,7 +18,7 @@ from selenium.common.exceptions import StaleElementReferenceException
 from cli._run import tl
 from core._given import given
 from serve._harness import loopback, post_turn, running
-from serve.test_serve_branches import _events
+from serve.test_serve_branches import _events, _in_flight
 from serve.test_timeline import _wait
 from turnledger.adapters.stores import SQLiteStore
 from turnledger.events import DEFAULT_CODEC, BranchId, Event, RequestId, StoredEvent
@@ -288,3 +288,30 @@ def test_the_page_edits_regenerates_and_switches(browser: Any, tmp_path: Path) -
         assert "(400 empty_question)" in said
         assert _events(db) == before
         _history(browser, ["one", "two"])
+        # a question being edited survives a redraw (a turn asked elsewhere)
+        _click(browser, '#history button.edit-turn[data-turn-index="0"]')
+        box = _wait(browser, "#history textarea.edit-text")[0]
+        box.clear()
+        box.send_keys("half typed")
+        with serve.client() as c:
+            status, _ = post_turn(c, "ui", "three")
+            assert status == 200
+        _history(browser, ["one", "two", "three"])
+        kept = browser.execute_script(
+            "const box = document.querySelector('#history textarea.edit-text');"
+            "return box && [box.value, document.activeElement === box]"
+        )
+        assert kept == ["half typed", True]
+        _click(browser, "#history button.edit-cancel")
+        assert not _wait(browser, "#history textarea.edit-text", timeout=0.5)
+        # while a turn is in flight the session is busy: refused, nothing written
+        with serve.client() as c, c.stream("POST", "/v1/sessions/ui/turns",
+                                           json={"question": "hang"}) as r:  # fmt: skip
+            assert r.status_code == 200
+            rid = _in_flight(c, "ui")
+            before = _events(db)
+            _edit(browser, 1, "zwei")
+            assert "refused" in _status(browser, "(409 busy)")
+            assert _events(db) == before
+            assert c.post(f"/v1/sessions/ui/turns/{rid}/cancel", json={}).status_code == 200
+        _history(browser, ["one", "two", "three"])

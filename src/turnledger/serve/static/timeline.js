@@ -98,7 +98,7 @@
   // The live page's own state, kept across the redraws the follow stream
   // causes: the question being edited, the last command's status, and
   // whether a command is running (its buttons are then disabled).
-  const ui = { editing: null, status: "", statusKind: "", busy: false };
+  const ui = { editing: null, status: "", statusKind: "", busy: false, refocus: false };
 
   function setStatus(text, kind) {
     ui.status = text;
@@ -173,13 +173,28 @@
     const editing = ui.editing;
     if (!editing || editing.sessionId !== model.session_id || editing.index !== index) {
       return button({ class: "edit-turn", "data-turn-index": String(index) }, "✎ edit", () => {
-        ui.editing = { sessionId: model.session_id, index, text: turn.question };
+        ui.editing = { sessionId: model.session_id, index, text: turn.question, opening: true };
         renderSession(model, true);
       });
     }
     const box = $("textarea", { class: "edit-text", rows: "2", "aria-label": `question ${index + 1}, edited` });
     box.value = editing.text;
-    box.addEventListener("input", () => { editing.text = box.value; });
+    // A redraw (the follow stream) replaces the box: keep the text, the
+    // focus and the caret it had.
+    const keep = () => {
+      editing.text = box.value;
+      editing.caret = box.selectionStart;
+    };
+    box.addEventListener("input", keep);
+    box.addEventListener("keyup", keep);
+    if (ui.refocus) {
+      requestAnimationFrame(() => {
+        if (!box.isConnected) return;
+        box.focus();
+        const at = editing.caret ?? box.value.length;
+        box.setSelectionRange(at, at);
+      });
+    }
     const ask = button({ class: "edit-ask" }, "ask instead (a new branch)", () => {
       ui.editing = null;
       command(model.session_id, "edit", { turn_index: index, question: editing.text }, `edit of question ${index + 1}`);
@@ -235,6 +250,11 @@
   }
 
   function renderSession(model, live) {
+    // The edit box gets the focus when it opens, and keeps it across redraws.
+    const focused = document.activeElement;
+    ui.refocus = ui.editing !== null &&
+      (ui.editing.opening || (focused !== null && focused.classList.contains("edit-text")));
+    if (ui.editing) ui.editing.opening = false;
     const main = document.getElementById("session");
     main.replaceChildren();
     const t0 = model.t0 || 0;
