@@ -142,3 +142,29 @@ def test_a_switch_while_a_turn_is_in_flight_is_409(service: tuple[Serve, Path]) 
         assert _questions(c, "busy") == ["uno"]
         status, _body = _post(c, "/v1/sessions/busy/switch", {"branch": "main"})
         assert status == 200 and _questions(c, "busy") == ["one"]
+
+
+def test_a_session_without_a_turn_has_none_to_edit_or_ask_again(
+    service: tuple[Serve, Path],
+) -> None:
+    serve, db = service
+    with serve.client() as c:
+        # the session's only question never committed (cancelled mid-stream)
+        with c.stream("POST", "/v1/sessions/none/turns", json={"question": "hang"}) as r:
+            assert r.status_code == 200
+            rid = _in_flight(c, "none")
+            assert c.post(f"/v1/sessions/none/turns/{rid}/cancel", json={}).status_code == 200
+        assert _questions(c, "none") == []
+        before = _events(db)
+        _error(_post(c, "/v1/sessions/none/regenerate", {}), 404, "unknown_turn")
+        _error(_post(c, "/v1/sessions/none/edit", {"turn_index": 0, "question": "q"}), 404,
+               "unknown_turn")  # fmt: skip
+        assert _events(db) == before
+        # an edit whose question is empty is refused before the hub: no branch
+        post_turn(c, "none", "one")
+        before = _events(db)
+        _error(_post(c, "/v1/sessions/none/edit", {"turn_index": 0, "question": " \n"}), 400,
+               "empty_question")  # fmt: skip
+        assert _events(db) == before
+        listed = c.get("/v1/sessions/none/branches").json()
+        assert [b["branch_id"] for b in listed["branches"]] == ["main"]
