@@ -7,6 +7,7 @@ the live page's controls edit, regenerate and switch through serve's routes."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from core._given import given
 from serve._harness import loopback, post_turn, running
 from serve.test_serve_branches import _events, _in_flight
 from serve.test_timeline import _wait
-from turnledger.adapters.stores import SQLiteStore
+from turnledger.adapters.stores import JournalStore, SQLiteStore
 from turnledger.events import DEFAULT_CODEC, BranchId, Event, RequestId, StoredEvent
 from turnledger.serve import timeline_model
 from turnledger.sessions import Completed, Edit, Message, Regenerate, Submit, Switch
@@ -315,3 +316,30 @@ def test_the_page_edits_regenerates_and_switches(browser: Any, tmp_path: Path) -
             assert _events(db) == before
             assert c.post(f"/v1/sessions/ui/turns/{rid}/cancel", json={}).status_code == 200
         _history(browser, ["one", "two", "three"])
+
+
+@pytest.mark.parametrize("release", ["85433a9", "6b53ecb"])
+def test_a_log_from_before_branches_shows_one_branch_and_no_tree(
+    release: str, tmp_path: Path
+) -> None:
+    # (tests/stores/test_old_logs_branch.py replays these logs; here: their timeline)
+    fixture = Path(__file__).parent.parent / "fixtures" / f"log_{release}.jsonl"
+    expected = json.loads(fixture.with_suffix(".expected.json").read_text("utf-8"))
+    log = tmp_path / fixture.name  # (a copy: the fixture is never opened)
+    shutil.copyfile(fixture, log)
+
+    async def read() -> dict[str, list[StoredEvent]]:
+        store = await JournalStore.open(log, read_only=True)
+        try:
+            return {sid: await store.read(sid) for sid in await store.session_ids()}
+        finally:
+            await store.aclose()
+
+    for sid, stored in trio.run(read).items():
+        tline = timeline(sid, stored)
+        (main,) = tline.branches
+        turns = tuple(t[0] for t in expected[sid]["turns"])
+        assert (main.branch_id, main.active, main.turns) == ("main", True, turns)
+    done = tl("log", str(log), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "branches (" not in done.stdout
