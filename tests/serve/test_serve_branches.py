@@ -168,3 +168,31 @@ def test_a_session_without_a_turn_has_none_to_edit_or_ask_again(
         assert _events(db) == before
         listed = c.get("/v1/sessions/none/branches").json()
         assert [b["branch_id"] for b in listed["branches"]] == ["main"]
+
+
+def _answer(c: httpx.Client, path: str, body: dict[str, Any]) -> str:
+    status, events = _post(c, path, body)
+    assert status == 200 and events[-1]["data"]["kind"] == "committed", events
+    return str(events[-1]["data"]["answer"])
+
+
+def test_the_branch_routes_against_the_built_in_loopback_model(tmp_path: Path) -> None:
+    # serve without --base-url: the built-in loopback model server, whose
+    # answer says what the request held, so each answer shows the branch's path.
+    with running(tmp_path / "lb.db", None) as serve, serve.client() as c:
+        turns = "/v1/sessions/lb/turns"
+        assert "held 0 earlier" in _answer(c, turns, {"question": "one"})
+        assert "held 1 earlier" in _answer(c, turns, {"question": "two"})
+        edited = _answer(c, "/v1/sessions/lb/edit", {"turn_index": 1, "question": "deux"})
+        assert "You said: 'deux'. The request held 1 earlier" in edited
+        again = _answer(c, "/v1/sessions/lb/regenerate", {})
+        assert "You said: 'deux'. The request held 1 earlier" in again
+        status, body = _post(c, "/v1/sessions/lb/switch", {"branch": "main"})
+        assert status == 200 and body["active_branch"] == "main"
+        assert "You said: 'three'. The request held 2 earlier" in _answer(
+            c, turns, {"question": "three"}
+        )
+        assert _questions(c, "lb") == ["one", "two", "three"]
+        _post(c, "/v1/sessions/lb/switch", {"branch": "b1"})
+        assert _questions(c, "lb") == ["one", "deux"]
+        _error(_post(c, "/v1/sessions/lb/switch", {"branch": "b7"}), 404, "unknown_branch")
