@@ -196,3 +196,20 @@ def test_the_branch_routes_against_the_built_in_loopback_model(tmp_path: Path) -
         _post(c, "/v1/sessions/lb/switch", {"branch": "b1"})
         assert _questions(c, "lb") == ["one", "deux"]
         _error(_post(c, "/v1/sessions/lb/switch", {"branch": "b7"}), 404, "unknown_branch")
+
+
+def test_a_repeated_edit_gets_its_outcome_again_and_writes_nothing(
+    service: tuple[Serve, Path],
+) -> None:
+    serve, db = service
+    with serve.client() as c:
+        post_turn(c, "again", "one")
+        body = {"turn_index": 0, "question": "uno", "request_id": "edit-once"}
+        first = _answer(c, "/v1/sessions/again/edit", body)
+        written = _events(db)
+        status, events = _post(c, "/v1/sessions/again/edit", body)
+        assert status == 200 and events[-1]["data"]["answer"] == first
+        assert events[-1]["data"]["repeated"] is True
+        assert _events(db) == written
+        listed = c.get("/v1/sessions/again/branches").json()["branches"]
+        assert [b["branch_id"] for b in listed] == ["main", "b1"]

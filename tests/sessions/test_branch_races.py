@@ -151,3 +151,31 @@ async def test_an_edit_or_regenerate_while_busy_supersedes_under_supersede(
         ("main", None, 0, None, 2),
         ("b1", "main", 1, command, 2),
     ]
+
+
+async def test_a_repeated_request_id_joins_its_turn_and_starts_no_second_branch(
+    store: HookedStore,
+) -> None:
+    # A caller that retries an edit or a regenerate (a lost response) with the
+    # same request id gets the turn's result again; nothing more is written,
+    # even once another branch is active.
+    provider = by_request({rid: [Begin(), Finish(f"a {rid}")] for rid in ("r0", "r1", "e1", "g1")})
+    async with open_hub(store, provider, model="m") as hub:
+        await (await hub.submit("s", "q0", request_id=R0)).outcome()
+        await (await hub.submit("s", "q1", request_id=R1)).outcome()
+        first = await (await hub.edit("s", 1, "q1 again", request_id=E1)).outcome()
+        regen = await (await hub.regenerate("s", request_id="g1")).outcome()
+        written = len(await events_of(store, "s"))
+        again = await (await hub.edit("s", 1, "q1 again", request_id=E1)).outcome()
+        regen_again = await (await hub.regenerate("s", request_id="g1")).outcome()
+        await hub.switch("s", "main")
+        on_main = await (await hub.edit("s", 1, "q1 again", request_id=E1)).outcome()
+        listed = [b.branch_id for b in await hub.branches("s")]
+        history = await hub.history("s")
+    assert first == CommittedResult(E1, "a e1", "stop")
+    assert again == on_main == CommittedResult(E1, "a e1", "stop", repeated=True)
+    assert regen == CommittedResult(RequestId("g1"), "a g1", "stop")
+    assert regen_again == CommittedResult(RequestId("g1"), "a g1", "stop", repeated=True)
+    assert listed == ["main", "b1", "b2"]
+    assert [t.question for t in history] == ["q0", "q1"]
+    assert len(await events_of(store, "s")) == written + 1  # the switch alone
