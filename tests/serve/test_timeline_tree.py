@@ -175,6 +175,13 @@ def _check_tree(browser: Any) -> None:
     assert "deux" in branch("b2").find_element("css selector", ".bturn").text
     active = browser.find_element("css selector", "#active-branch")
     assert active.get_attribute("data-branch") == "b1"
+    # each row of the timeline says the branch its question was asked on
+    on = {
+        r.get_attribute("data-request-id"): r.find_element("css selector", ".on-branch").text
+        for r in browser.find_elements("css selector", "#timeline .row")
+    }
+    assert on == {"r0": "on main", "r1": "on main", "r2": "on main", "e1": "on b1",
+                  "g1": "on b2", "e2": "on b3"}  # fmt: skip
 
 
 def test_the_static_page_draws_the_tree(browser: Any, tree_db: Path, tmp_path: Path) -> None:

@@ -287,6 +287,7 @@
     }
     tl.append(axis);
     const rowsById = {};
+    const branched = (model.branches || []).length > 1;
     for (const row of model.turns) {
       const track = $("div", { class: "track" });
       const end = row.ended_at ?? model.t1 ?? row.submitted_at;
@@ -332,7 +333,8 @@
       if (supersedes.length) body.append($("div", { class: "rel" }, `↶ supersedes ${supersedes.join(", ")}`));
       const el = $("div", { class: `row end-${row.end}`, "data-request-id": row.request_id, "data-end": row.end, "data-reason": row.reason, "data-branch": row.branch || "main",
         "data-retries": String(row.retries.length), "data-tool-rounds": String(row.tool_rounds.length) },
-        $("div", { class: "who" }, $("div", { class: "rid" }, clip(row.request_id, 40)), $("div", { class: "question", title: row.question }, clip(row.question, 90) || "(no question recorded)")),
+        $("div", { class: "who" }, $("div", { class: "rid" }, clip(row.request_id, 40)), $("div", { class: "question", title: row.question }, clip(row.question, 90) || "(no question recorded)"),
+          branched ? $("div", { class: "on-branch" }, `on ${row.branch || "main"}`) : null),
         body);
       rowsById[row.request_id] = el;
       tl.append(el);
