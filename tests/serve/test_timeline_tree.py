@@ -118,6 +118,28 @@ def test_a_session_that_never_branched_has_one_branch_with_every_turn() -> None:
     assert branch_tree(tline)[0] == "* main: 3 turns, head r2"
 
 
+def test_long_request_ids_and_questions_are_cut() -> None:
+    long_id, question = "0123456789abcdef" * 2, "why " * 40 + "\nand more"
+    log = given(
+        Submit(RequestId(long_id), "one"),
+        Completed(RequestId(long_id), "a", "stop"),
+        Edit(RequestId("e" + long_id), 0, question),
+        Completed(RequestId("e" + long_id), "b", "stop"),
+    ).log
+    stored = [
+        DEFAULT_CODEC.encode(e, session_id="s", seq=i, recorded_at=float(i))
+        for i, e in enumerate(log, 1)
+    ]
+    tline = timeline("s", stored)
+    assert branch_tree(tline, id_width=8) == (
+        "  main: 1 turns, head 0123456…",
+        "    * b1 from main after 0 turns (edit): 1 turns, head e012345…",
+        "        1. [e012345…] " + ("why " * 15)[:59] + "…",
+        "    1. [0123456…] one",
+    )
+    assert f"[{long_id}] one" in branch_tree(tline)[-1]
+
+
 def test_the_text_log_draws_the_tree(tree_db: Path, tmp_path: Path) -> None:
     done = tl("log", str(tree_db), "--session", SESSION, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -229,7 +229,7 @@ async def _cmd_log(args: argparse.Namespace) -> int:
             if r.late_by is not None:
                 reason += f" — {r.late_by:.3f}s after the turn ended"
             rid = visible(r.request_id or "-")
-            rid = rid if len(rid) <= 12 else rid[:11] + "…"
+            rid = rid if len(rid) <= _ID_WIDTH else rid[: _ID_WIDTH - 1] + "…"
             print(
                 f"  {r.seq:>4}  {fmt_time(r.recorded_at):<24} {rid:<13} {r.event:<19} "
                 f"{phase:<22} {visible(reason)}".rstrip()
@@ -240,12 +240,15 @@ async def _cmd_log(args: argparse.Namespace) -> int:
         if not args.json and not args.request and len(session.branches) > 1:
             # The tree after the events: each branch, where it starts, its turns.
             print(f"  branches ({len(session.branches)}, * marks the active one):")
-            for line in branch_tree(session):
+            for line in branch_tree(session, id_width=_ID_WIDTH):
                 print(f"    {visible(line)}")
     if shown == 0:
         raise Exit(EXIT_NOT_FOUND, f"no events for request {args.request!r}")
     return EXIT_OK
 
+
+#: Characters of a request id ``log`` shows (its lines and its tree).
+_ID_WIDTH = 12
 
 #: Characters of a question or an answer ``log --text`` shows.
 _TEXT_WIDTH = 100

@@ -14,25 +14,26 @@ _QUESTION_WIDTH: Final = 60
 _INDENT: Final = "    "
 
 
-def branch_line(branch: BranchEntry) -> str:
+def branch_line(branch: BranchEntry, *, id_width: int | None = None) -> str:
     """One branch in a line: ``* b2 from b1 after 1 turns (regenerate): 2
     turns, head g1`` (``*`` marks the active branch), as ``chat``'s
-    ``/branches`` lists it."""
+    ``/branches`` lists it; request ids cut to ``id_width`` characters."""
     mark = "*" if branch.active else " "
     start = "" if branch.parent is None else f" from {branch.parent} after {branch.at_turn} turns"
     kind = "" if branch.kind is None else f" ({branch.kind})"
-    head = "" if branch.head is None else f", head {branch.head}"
+    head = "" if branch.head is None else f", head {_cut(branch.head, id_width)}"
     return f"{mark} {branch.branch_id}{start}{kind}: {branch.length} turns{head}"
 
 
-def branch_tree(tl: Timeline) -> tuple[str, ...]:
+def branch_tree(tl: Timeline, *, id_width: int | None = None) -> tuple[str, ...]:
     """The session's tree, a line per branch and per committed turn.
 
     Each branch lists the turns it added itself, numbered along its path
     from 1 (as ``chat``'s ``/history`` numbers them), each with its request
     id and question; a branch that starts from it is listed, one level in,
     just before the turn it asked differently or again (it keeps the turns
-    above it). ``*`` marks the active branch. For example::
+    above it). ``*`` marks the active branch. Request ids are cut to
+    ``id_width`` characters (``None``: whole). For example::
 
         * main: 2 turns, head r1
             1. [r0] one
@@ -49,13 +50,14 @@ def branch_tree(tl: Timeline) -> tuple[str, ...]:
 
     def draw(branch: BranchEntry, depth: int) -> None:
         pad = _INDENT * depth
-        lines.append(pad + branch_line(branch))
+        lines.append(pad + branch_line(branch, id_width=id_width))
         waiting = sorted(children.get(branch.branch_id, ()), key=lambda b: b.at_turn)
         for number, rid in enumerate(branch.turns, branch.at_turn + 1):
             # (stable: branches that start at the same turn stay in log order)
             while waiting and waiting[0].at_turn < number:
                 draw(waiting.pop(0), depth + 1)
-            lines.append(f"{pad}{_INDENT}{number}. [{rid}] {_clip(questions.get(rid, ''))}")
+            question = _cut(" ".join(questions.get(rid, "").split()), _QUESTION_WIDTH)
+            lines.append(f"{pad}{_INDENT}{number}. [{_cut(rid, id_width)}] {question}")
         for child in waiting:
             draw(child, depth + 1)
 
@@ -65,6 +67,5 @@ def branch_tree(tl: Timeline) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def _clip(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= _QUESTION_WIDTH else line[: _QUESTION_WIDTH - 1] + "…"
+def _cut(text: str, width: int | None) -> str:
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"

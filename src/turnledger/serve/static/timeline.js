@@ -223,8 +223,9 @@
     };
     function draw(b) {
       const from = b.parent === null ? "the root" : `${b.parent} after ${b.at_turn} turns (${b.kind})`;
-      const head = $("div", { class: "bhead" },
-        `${b.active ? "● " : ""}${b.branch_id}: from ${from} · ${b.length} turns${b.head ? " · head " + b.head : ""}`);
+      // (a request id cut as turnledger log cuts it; the whole one in the title)
+      const head = $("div", { class: "bhead", title: b.head ? `head ${b.head}` : b.branch_id },
+        `${b.active ? "● " : ""}${b.branch_id}: from ${from} · ${b.length} turns${b.head ? " · head " + clip(b.head, 12) : ""}`);
       if (live && !b.active) {
         head.append(" ", button({ class: "switch-to", "data-branch": b.branch_id }, "⇄ switch here",
           () => command(model.session_id, "switch", { branch: b.branch_id }, `switch to ${b.branch_id}`)));
