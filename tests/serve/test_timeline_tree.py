@@ -24,8 +24,17 @@ from serve.test_timeline import _wait
 from turnledger.adapters.stores import JournalStore, SQLiteStore
 from turnledger.events import DEFAULT_CODEC, BranchId, Event, RequestId, StoredEvent
 from turnledger.serve import timeline_model
-from turnledger.sessions import Completed, Edit, Message, Regenerate, Submit, Switch
-from turnledger.timeline import branch_tree, timeline
+from turnledger.sessions import (
+    Completed,
+    Edit,
+    Message,
+    Regenerate,
+    Submit,
+    Switch,
+    branches_of,
+    replay,
+)
+from turnledger.timeline import branch_line, branch_tree, timeline
 
 SESSION = "tree"
 
@@ -104,6 +113,14 @@ def test_each_branch_carries_the_turns_it_added() -> None:
     assert list(branch_tree(tline)) == TREE
     model = timeline_model(SESSION, _stored())
     assert [b["turns"] for b in model["branches"]] == [["r0", "r1", "r2"], ["e1"], ["g1"], ["e2"]]
+
+
+def test_a_branch_reads_the_same_from_the_hub_and_from_the_log() -> None:
+    # chat's /branches lists hub.branches(); log's tree lists the timeline's
+    state = replay(_tree_log())
+    lines = [branch_line(b) for b in branches_of(state)]
+    assert lines == [branch_line(b) for b in timeline(SESSION, _stored()).branches]
+    assert lines[1] == "* b1 from main after 1 turns (edit): 2 turns, head e1"
 
 
 def test_a_session_that_never_branched_has_one_branch_with_every_turn() -> None:

@@ -25,7 +25,7 @@ from ..sessions import (
 )
 from ..timeline import branch_tree, phase_name, session_summary, timeline
 from ._args import at_least, text_arg
-from ._display import fmt_time, print_json, visible
+from ._display import ID_WIDTH, fmt_time, print_json, visible
 from ._errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit
 from ._stores import open_to_read
 
@@ -229,7 +229,7 @@ async def _cmd_log(args: argparse.Namespace) -> int:
             if r.late_by is not None:
                 reason += f" — {r.late_by:.3f}s after the turn ended"
             rid = visible(r.request_id or "-")
-            rid = rid if len(rid) <= _ID_WIDTH else rid[: _ID_WIDTH - 1] + "…"
+            rid = rid if len(rid) <= ID_WIDTH else rid[: ID_WIDTH - 1] + "…"
             print(
                 f"  {r.seq:>4}  {fmt_time(r.recorded_at):<24} {rid:<13} {r.event:<19} "
                 f"{phase:<22} {visible(reason)}".rstrip()
@@ -240,15 +240,12 @@ async def _cmd_log(args: argparse.Namespace) -> int:
         if not args.json and not args.request and len(session.branches) > 1:
             # The tree after the events: each branch, where it starts, its turns.
             print(f"  branches ({len(session.branches)}, * marks the active one):")
-            for line in branch_tree(session, id_width=_ID_WIDTH):
+            for line in branch_tree(session, id_width=ID_WIDTH):
                 print(f"    {visible(line)}")
     if shown == 0:
         raise Exit(EXIT_NOT_FOUND, f"no events for request {args.request!r}")
     return EXIT_OK
 
-
-#: Characters of a request id ``log`` shows (its lines and its tree).
-_ID_WIDTH = 12
 
 #: Characters of a question or an answer ``log --text`` shows.
 _TEXT_WIDTH = 100

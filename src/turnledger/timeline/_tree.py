@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol
 
 from ._rows import BranchEntry, Timeline
 
@@ -14,10 +14,30 @@ _QUESTION_WIDTH: Final = 60
 _INDENT: Final = "    "
 
 
-def branch_line(branch: BranchEntry, *, id_width: int | None = None) -> str:
+class _Branch(Protocol):
+    # A timeline's BranchEntry, or the BranchInfo hub.branches() lists.
+    @property
+    def branch_id(self) -> str: ...
+    @property
+    def parent(self) -> str | None: ...
+    @property
+    def at_turn(self) -> int: ...
+    @property
+    def kind(self) -> str | None: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def head(self) -> str | None: ...
+    @property
+    def active(self) -> bool: ...
+
+
+def branch_line(branch: _Branch, *, id_width: int | None = None) -> str:
     """One branch in a line: ``* b2 from b1 after 1 turns (regenerate): 2
     turns, head g1`` (``*`` marks the active branch), as ``chat``'s
-    ``/branches`` lists it; request ids cut to ``id_width`` characters."""
+    ``/branches`` lists it; request ids cut to ``id_width`` characters.
+    ``branch`` is a :class:`BranchEntry` or the
+    :class:`~turnledger.sessions.BranchInfo` ``hub.branches()`` lists."""
     mark = "*" if branch.active else " "
     start = "" if branch.parent is None else f" from {branch.parent} after {branch.at_turn} turns"
     kind = "" if branch.kind is None else f" ({branch.kind})"
