@@ -285,11 +285,25 @@ def _click(browser: Any, css: str, timeout: float = 20) -> None:
             time.sleep(0.1)
 
 
+def _type(browser: Any, css: str, text: str, timeout: float = 20) -> None:
+    # Typed again if a redraw (the follow stream) replaced the box meanwhile.
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            box = _wait(browser, css)[0]
+            box.clear()
+            box.send_keys(text)
+            if box.get_attribute("value") == text:
+                return
+        except (IndexError, StaleElementReferenceException):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _edit(browser: Any, index: int, text: str) -> None:
     _click(browser, f'#history button.edit-turn[data-turn-index="{index}"]')
-    box = _wait(browser, "#history textarea.edit-text")[0]
-    box.clear()
-    box.send_keys(text)
+    _type(browser, "#history textarea.edit-text", text)
     _click(browser, "#history button.edit-ask")
 
 
@@ -337,9 +351,7 @@ def test_the_page_edits_regenerates_and_switches(browser: Any, tmp_path: Path) -
         _history(browser, ["one", "two"])
         # a question being edited survives a redraw (a turn asked elsewhere)
         _click(browser, '#history button.edit-turn[data-turn-index="0"]')
-        box = _wait(browser, "#history textarea.edit-text")[0]
-        box.clear()
-        box.send_keys("half typed")
+        _type(browser, "#history textarea.edit-text", "half typed")
         with serve.client() as c:
             status, _ = post_turn(c, "ui", "three")
             assert status == 200
