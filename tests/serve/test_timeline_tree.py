@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import trio
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import WebDriverException
 
 from cli._run import tl
 from core._given import given
@@ -279,7 +279,7 @@ def _click(browser: Any, css: str, timeout: float = 20) -> None:
         try:
             _wait(browser, css)[0].click()
             return
-        except (IndexError, StaleElementReferenceException):
+        except (IndexError, WebDriverException):  # (stale, or not interactable while replaced)
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
@@ -295,10 +295,12 @@ def _type(browser: Any, css: str, text: str, timeout: float = 20) -> None:
             box.send_keys(text)
             if box.get_attribute("value") == text:
                 return
-        except (IndexError, StaleElementReferenceException):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the box never held {text!r}")
+        except (IndexError, WebDriverException):  # (stale, or not interactable while replaced)
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.1)
+        time.sleep(0.1)
 
 
 def _edit(browser: Any, index: int, text: str) -> None:
