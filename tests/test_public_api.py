@@ -57,7 +57,8 @@ PUBLIC: dict[str, str] = {
     "turnledger.text": "INVISIBLE_RANGES visible",
     "turnledger.timeline": (
         "BranchEntry BranchStart BranchSwitch End LateCompletion RetryEntry Row Step Timeline "
-        "ToolCallEntry ToolRoundEntry explain iso_time phase_name session_summary timeline"
+        "ToolCallEntry ToolRoundEntry branch_line branch_tree explain iso_time phase_name "
+        "session_summary timeline"
     ),
     "turnledger.adapters.providers": (
         "PROVIDER_KINDS AnthropicChat AnthropicEncoder AnthropicEventValidator "
