@@ -666,6 +666,32 @@ class Hub:
         await self._send(session_id, (msg, ticket))
         return TurnHandle(self, session_id, msg.request_id, ticket)
 
+    # -- nodes of a cluster ----------------------------------------------------
+
+    async def drop(self, session_id: str) -> None:
+        """Stop the session's actor, if one runs, as closing the hub would
+        (queued questions get :class:`~turnledger.SessionClosed`; a turn in
+        flight is ended as ``interrupted`` if the store still takes the
+        write). For a session whose lease another process took over: its
+        writes are refused (:class:`~turnledger.LeaseLost`), so its callers
+        learn the outcome the new owner records. The next message starts a
+        new actor, by replay.
+
+        Cancellation: the actor stops anyway; only the wait is abandoned.
+        """
+        actor = self._routes.actors.get(session_id)
+        if actor is None:
+            await trio.lowlevel.checkpoint()
+            return
+        ending = self._routes.ending.setdefault(session_id, trio.Event())
+        actor.request_stop()
+        await ending.wait()
+
+    def idle_sessions(self) -> list[str]:
+        """Sessions whose actor runs with no turn in flight and nothing being
+        handled (those :meth:`drop` stops without ending a turn)."""
+        return [sid for sid, actor in self._routes.actors.items() if not actor.busy]
+
     # -- erasure and retention -------------------------------------------------
 
     @contextlib.asynccontextmanager
