@@ -259,6 +259,7 @@ def test_a_paused_node_is_fenced_and_drops_its_actors(
                 # heartbeat ran out, n2 takes the session over, ends n1's
                 # turn as interrupted and answers.
                 took = post_turn(b, "stop-1", "while paused", rid="p2")
+                assert took[0] == 200, took
                 assert _outcome(took[1])["kind"] == "committed", took
                 before = _events(b, "stop-1")
                 tags = [(e["tag"], e["payload"].get("request_id")) for e in before]

@@ -719,6 +719,8 @@ class _Service:
                 # budget) cannot be overtaken by another POST of this process.
                 async with self.gates.hold(session_id):
                     state = await self.hub.state(session_id)
+                    if self.node is not None and await self._left_in_flight(session_id, state):
+                        state = await self.hub.state(session_id)
                     if branch and state.config is None:
                         raise ApiError(404, "unknown_session", f"no session {session_id!r}")
                     if question is None:
@@ -911,6 +913,20 @@ class _Service:
         if isinstance(began, Response):
             return _reply(began)
         return {"stream": True, "repeated": began[1].handle.done}
+
+    async def _left_in_flight(self, session_id: str, state: SessionState) -> bool:
+        """Whether the log shows a turn in flight that no relay here runs (a
+        dead node's: the session has no live owner, or it would have been
+        handed over) and it was closed now: the session is taken over, and
+        the turn ends as ``interrupted``, before the new question is judged
+        (it would be refused as busy)."""
+        if not is_in_flight(state):
+            return False
+        key = (session_id, str(state.request.request_id))  # type: ignore[union-attr]
+        if key in self.live or key in self.done:
+            return False
+        await self._outcome(key)
+        return True
 
     async def _follow_elsewhere(
         self, session_id: str, rid: str, head: bytes, repeated: bool
