@@ -140,45 +140,51 @@ def test_a_question_for_another_nodes_session_runs_once_on_the_owner(
 def test_a_cancel_sent_to_another_node_reaches_the_turn(
     provider: LoopbackServer, pg_dsn: str, tmp_path: Path
 ) -> None:
-    with nodes(pg_dsn, provider.openai_base_url, tmp_path, ["n1", "n2"]) as (s1, s2):
-        with s1.client() as a, s2.client() as b:
-            body = {"question": "slow 60 0.1", "request_id": "c1"}
-            with b.stream("POST", "/v1/sessions/cancel-1/turns", json=body) as r:
-                assert sse_events(r, stop_after_deltas=1)[-1]["event"] == "delta"
-                cancelled = a.post("/v1/sessions/cancel-1/turns/c1/cancel", json={})
-                assert cancelled.status_code == 200, cancelled.text
-                assert (cancelled.json()["kind"], cancelled.json()["reason"]) == (
-                    "discarded",
-                    "cancelled",
-                )
-                end = _outcome(sse_events(r))
-            assert (end["kind"], end["reason"]) == ("discarded", "cancelled")
-            tags = [e["tag"] for e in _events(a, "cancel-1")]
-            assert tags.count("turn_discarded") == 1 and "turn_committed" not in tags
+    with (
+        nodes(pg_dsn, provider.openai_base_url, tmp_path, ["n1", "n2"]) as (s1, s2),
+        s1.client() as a,
+        s2.client() as b,
+    ):
+        body = {"question": "slow 60 0.1", "request_id": "c1"}
+        with b.stream("POST", "/v1/sessions/cancel-1/turns", json=body) as r:
+            assert sse_events(r, stop_after_deltas=1)[-1]["event"] == "delta"
+            cancelled = a.post("/v1/sessions/cancel-1/turns/c1/cancel", json={})
+            assert cancelled.status_code == 200, cancelled.text
+            assert (cancelled.json()["kind"], cancelled.json()["reason"]) == (
+                "discarded",
+                "cancelled",
+            )
+            end = _outcome(sse_events(r))
+        assert (end["kind"], end["reason"]) == ("discarded", "cancelled")
+        tags = [e["tag"] for e in _events(a, "cancel-1")]
+        assert tags.count("turn_discarded") == 1 and "turn_committed" not in tags
 
 
 def test_edit_regenerate_and_switch_through_another_node(
     provider: LoopbackServer, pg_dsn: str, tmp_path: Path
 ) -> None:
-    with nodes(pg_dsn, provider.openai_base_url, tmp_path, ["n1", "n2"]) as (s1, s2):
-        with s1.client() as a, s2.client() as b:
-            assert _outcome(post_turn(b, "br-1", "first", rid="f1")[1])["kind"] == "committed"
-            with a.stream(
-                "POST",
-                "/v1/sessions/br-1/edit",
-                json={"turn_index": 0, "question": "first, again", "request_id": "e1"},
-            ) as r:
-                edited = _outcome(sse_events(r))
-            assert (edited["kind"], edited["answer"]) == ("committed", "echo: first, again")
-            with a.stream("POST", "/v1/sessions/br-1/regenerate", json={"request_id": "g1"}) as r:
-                assert _outcome(sse_events(r))["kind"] == "committed"
-            switched = a.post("/v1/sessions/br-1/switch", json={"branch": "main"})
-            assert switched.status_code == 200, switched.text
-            assert switched.json()["active_branch"] == "main"
-            bad = a.post("/v1/sessions/br-1/switch", json={"branch": "nope"})
-            assert (bad.status_code, bad.json()["error"]["code"]) == (404, "unknown_branch")
-            assert _lease_node(a, "br-1") == "n2"
-            assert b.get("/v1/sessions/br-1/branches").json()["active_branch"] == "main"
+    with (
+        nodes(pg_dsn, provider.openai_base_url, tmp_path, ["n1", "n2"]) as (s1, s2),
+        s1.client() as a,
+        s2.client() as b,
+    ):
+        assert _outcome(post_turn(b, "br-1", "first", rid="f1")[1])["kind"] == "committed"
+        with a.stream(
+            "POST",
+            "/v1/sessions/br-1/edit",
+            json={"turn_index": 0, "question": "first, again", "request_id": "e1"},
+        ) as r:
+            edited = _outcome(sse_events(r))
+        assert (edited["kind"], edited["answer"]) == ("committed", "echo: first, again")
+        with a.stream("POST", "/v1/sessions/br-1/regenerate", json={"request_id": "g1"}) as r:
+            assert _outcome(sse_events(r))["kind"] == "committed"
+        switched = a.post("/v1/sessions/br-1/switch", json={"branch": "main"})
+        assert switched.status_code == 200, switched.text
+        assert switched.json()["active_branch"] == "main"
+        bad = a.post("/v1/sessions/br-1/switch", json={"branch": "nope"})
+        assert (bad.status_code, bad.json()["error"]["code"]) == (404, "unknown_branch")
+        assert _lease_node(a, "br-1") == "n2"
+        assert b.get("/v1/sessions/br-1/branches").json()["active_branch"] == "main"
 
 
 def test_a_node_killed_mid_turn_is_taken_over_and_the_turn_ends_interrupted(
@@ -337,7 +343,7 @@ def test_get_nodes_shows_live_nodes_sessions_renewals_and_lag(
                 "--lease",
                 "1.5",
                 log_dir=tmp_path / "n1",
-            )  # fmt: skip
+            )
         )
         s2 = stack.enter_context(
             running(
@@ -348,7 +354,7 @@ def test_get_nodes_shows_live_nodes_sessions_renewals_and_lag(
                 "--lease",
                 "1.5",
                 log_dir=tmp_path / "n2",
-            )  # fmt: skip
+            )
         )
         with s1.client() as a, s2.client() as b:
             assert _outcome(post_turn(a, "nodes-a", "hi", rid="a1")[1])["kind"] == "committed"
