@@ -160,7 +160,7 @@ def test_a_cancel_sent_to_another_node_reaches_the_turn(
         assert tags.count("turn_discarded") == 1 and "turn_committed" not in tags
 
 
-def test_edit_regenerate_and_switch_through_another_node(
+def test_edit_regenerate_switch_and_erase_through_another_node(
     provider: LoopbackServer, pg_dsn: str, tmp_path: Path
 ) -> None:
     with (
@@ -185,6 +185,10 @@ def test_edit_regenerate_and_switch_through_another_node(
         assert (bad.status_code, bad.json()["error"]["code"]) == (404, "unknown_branch")
         assert _lease_node(a, "br-1") == "n2"
         assert b.get("/v1/sessions/br-1/branches").json()["active_branch"] == "main"
+        # An erasure asked on n1 runs on the owner too.
+        erased = a.delete("/v1/sessions/br-1")
+        assert (erased.status_code, erased.json()["erased"]) == (200, True), erased.text
+        assert b.get("/v1/sessions/br-1").status_code == 404
 
 
 def test_a_node_killed_mid_turn_is_taken_over_and_the_turn_ends_interrupted(

@@ -888,6 +888,8 @@ class _Service:
         try:
             if kind == "cancel":
                 return _reply(await self._cancel_here(sid, body["request_id"]))
+            if kind == "erase":
+                return _reply(await self._erase_here(sid))
             if self.node is not None and self.node.stopping:
                 return {"retry": True}
             if kind == "switch":
@@ -978,6 +980,12 @@ class _Service:
         """``DELETE /v1/sessions/{id}``: erase the session (its turn in
         flight ends as ``erased``); 404 if there is none, nothing changed."""
         session_id = _path_id(request, "session_id")
+        reply = await self._forward(session_id, "erase", {})
+        if reply is not None:
+            return _json(reply["body"], reply["status"])
+        return await self._erase_here(session_id)
+
+    async def _erase_here(self, session_id: str) -> Response:
         try:
             record = await self.hub.erase(session_id)
         except UnknownSession:

@@ -757,6 +757,11 @@ class PostgresStore(BaseEventStore):
         with self._leases.lock:
             return list(self._leases.lost)
 
+    def holds(self, session_id: str) -> bool:
+        """Whether this store holds the session's lease, as far as it knows
+        (its renewals and appends find a takeover; see :meth:`lost_sessions`)."""
+        return session_id in self._leases.held
+
     def held_sessions(self) -> list[str]:
         """Sessions whose lease this store holds."""
         with self._leases.lock:
