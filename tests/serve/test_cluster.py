@@ -420,3 +420,39 @@ def test_sessions_command_shows_the_owning_node(
         rows = [json.loads(x) for x in out.stdout.decode().splitlines()]
         owner = next(r for r in rows if r["session_id"] == "cli-1")["owner"]
         assert (owner["node"], owner["live"]) == ("n1", True)
+
+
+def test_a_new_session_asked_on_two_nodes_at_once_gets_one_owner(
+    provider: LoopbackServer, pg_dsn: str, tmp_path: Path
+) -> None:
+    with nodes(pg_dsn, provider.openai_base_url, tmp_path, ["n1", "n2"]) as (s1, s2):
+        for round_ in range(3):
+            sid = f"race-{round_}"
+            got: dict[str, Any] = {}
+
+            def ask(serve: Serve, rid: str, sid: str = sid, got: dict[str, Any] = got) -> None:
+                with serve.client() as c:
+                    got[rid] = post_turn(c, sid, f"slow 5 0.05 {rid}", rid=rid)
+
+            threads = [
+                threading.Thread(target=ask, args=(s, f"{name}-{round_}"))
+                for s, name in ((s1, "a"), (s2, "b"))
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+                assert not t.is_alive()
+            kinds = []
+            for rid, (status, body) in got.items():
+                if status == 200:
+                    kinds.append(_outcome(body)["kind"])
+                else:  # the other question was in flight: refused, nothing written
+                    assert (status, body["error"]["code"]) == (409, "busy"), (rid, body)
+            assert "committed" in kinds and set(kinds) == {"committed"}
+            with s1.client() as a:
+                tags = [e["tag"] for e in _events(a, sid)]
+                assert tags.count("session_started") == 1
+                assert tags.count("turn_submitted") == tags.count("turn_committed") == len(kinds)
+                owner = _lease_node(a, sid)
+                assert owner in ("n1", "n2")
