@@ -38,8 +38,10 @@ Answer = Callable[[Call], Awaitable[dict[str, Any]]]
 
 
 class NotTaken(Exception):
-    """The target node did not claim the call in time (it was taken back):
-    the node is gone or stuck; the caller looks at the session's owner again."""
+    """The target node did not claim the call in time (it was taken back), or
+    claimed it and then lost the session (it died, or was paused past its
+    lease): the caller looks at the session's owner again. (Running the call
+    again is safe: it carries its request id.)"""
 
 
 class Node:
@@ -132,7 +134,8 @@ class Node:
 
         Raises:
             NotTaken: ``target`` did not claim the call within a few seconds
-                (it was taken back; nothing was done).
+                (it was taken back; nothing was done), or claimed it and no
+                longer owns the session.
             TimeoutError: claimed, but not answered within ``timeout``.
 
         Cancellation: the call may still be run by its target; its reply is
@@ -153,10 +156,11 @@ class Node:
                 if reply is not None:
                     return reply
                 waited = trio.current_time() - started
-                if waited > _CLAIM_WITHIN and await trio.to_thread.run_sync(
-                    self.inbox.withdraw, call_id
-                ):
-                    raise NotTaken(target)
+                if waited > _CLAIM_WITHIN:
+                    if await trio.to_thread.run_sync(self.inbox.withdraw, call_id):
+                        raise NotTaken(target)
+                    if await self.owner_elsewhere(session_id) != target:
+                        raise NotTaken(target)  # claimed, then the session moved
                 if waited > timeout:
                     raise TimeoutError(f"node {target!r} did not answer within {timeout}s")
         finally:
