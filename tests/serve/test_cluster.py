@@ -456,3 +456,33 @@ def test_a_new_session_asked_on_two_nodes_at_once_gets_one_owner(
                 assert tags.count("turn_submitted") == tags.count("turn_committed") == len(kinds)
                 owner = _lease_node(a, sid)
                 assert owner in ("n1", "n2")
+
+
+def test_a_lease_naming_an_unknown_node_is_taken_by_the_node_asked(
+    provider: LoopbackServer, pg_dsn: str, tmp_path: Path
+) -> None:
+    import psycopg
+
+    with nodes(pg_dsn, provider.openai_base_url, tmp_path, ["n1", "n2"]) as (s1, s2):
+        with s1.client() as a:
+            assert _outcome(post_turn(a, "ghost-1", "hello", rid="g0")[1])["kind"] == "committed"
+        # The lease names a node no table row knows (a typo in a migration,
+        # a row deleted by hand): its owner counts as dead.
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE turnledger_events_leases SET node = 'ghost' WHERE session_id = 'ghost-1'"
+            )
+        with s2.client() as b:
+            took = post_turn(b, "ghost-1", "mine now", rid="g1")
+            assert took[0] == 200 and _outcome(took[1])["kind"] == "committed", took
+            assert _lease_node(b, "ghost-1") == "n2"
+            received = [
+                x for x in s1.log.read_text().splitlines() if '"event":"call_received"' in x
+            ]
+            assert received == []  # taken over, not handed to n1
+        with s1.client() as a:
+            # n1 finds its lease gone and hands the next question to n2.
+            again = post_turn(a, "ghost-1", "and again", rid="g2")
+            assert _outcome(again[1])["kind"] == "committed", again
+            tags = [(e["tag"], e["payload"].get("request_id")) for e in _events(a, "ghost-1")]
+            assert [r for t, r in tags if t == "turn_committed"] == ["g0", "g1", "g2"]
