@@ -902,8 +902,10 @@ class _Service:
                 start = partial(self.hub.edit, sid, index, str(question), request_id=rid)
             elif kind == "turns":
                 start = partial(self.hub.submit, sid, str(question), request_id=rid)
-            else:
+            elif kind == "regenerate":
                 start = partial(self.hub.regenerate, sid, request_id=rid)
+            else:
+                raise ApiError(400, "bad_call", f"no call {kind!r} (another release?)")
             began = await self._begin(sid, question, rid, start, branch=kind != "turns")
         except ApiError as exc:
             if exc.code == "owned_elsewhere":
