@@ -486,3 +486,32 @@ def test_a_lease_naming_an_unknown_node_is_taken_by_the_node_asked(
             assert _outcome(again[1])["kind"] == "committed", again
             tags = [(e["tag"], e["payload"].get("request_id")) for e in _events(a, "ghost-1")]
             assert [r for t, r in tags if t == "turn_committed"] == ["g0", "g1", "g2"]
+
+
+def test_a_call_of_an_unknown_kind_is_refused_by_the_node(
+    provider: LoopbackServer, pg_dsn: str, tmp_path: Path
+) -> None:
+    import trio
+
+    from turnledger.adapters.stores import PostgresStore
+
+    async def ask() -> dict[str, Any] | None:
+        probe = await PostgresStore.open(pg_dsn, node_id="probe")
+        try:
+            assert probe.inbox is not None
+            call = await trio.to_thread.run_sync(probe.inbox.post, "n1", "s", "bogus", {})
+            with trio.fail_after(20):
+                while True:
+                    reply = await trio.to_thread.run_sync(probe.inbox.take_reply, call)
+                    if reply is not None:
+                        return reply
+                    await trio.sleep(0.05)
+        finally:
+            await probe.aclose()
+
+    with nodes(pg_dsn, provider.openai_base_url, tmp_path, ["n1"]) as (s1,):
+        reply = trio.run(ask)
+        assert reply is not None
+        assert (reply["status"], reply["body"]["error"]["code"]) == (400, "bad_call")
+        with s1.client() as a:
+            assert a.get("/v1/sessions/s").status_code == 404  # nothing was run

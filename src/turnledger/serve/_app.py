@@ -890,6 +890,8 @@ class _Service:
                 return _reply(await self._cancel_here(sid, body["request_id"]))
             if kind == "erase":
                 return _reply(await self._erase_here(sid))
+            if kind not in ("switch", "turns", "edit", "regenerate"):
+                raise ApiError(400, "bad_call", f"no call {kind!r} (another release?)")
             if self.node is not None and self.node.stopping:
                 return {"retry": True}
             if kind == "switch":
@@ -902,10 +904,8 @@ class _Service:
                 start = partial(self.hub.edit, sid, index, str(question), request_id=rid)
             elif kind == "turns":
                 start = partial(self.hub.submit, sid, str(question), request_id=rid)
-            elif kind == "regenerate":
-                start = partial(self.hub.regenerate, sid, request_id=rid)
             else:
-                raise ApiError(400, "bad_call", f"no call {kind!r} (another release?)")
+                start = partial(self.hub.regenerate, sid, request_id=rid)
             began = await self._begin(sid, question, rid, start, branch=kind != "turns")
         except ApiError as exc:
             if exc.code == "owned_elsewhere":
