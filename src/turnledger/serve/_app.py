@@ -15,7 +15,14 @@ with a stable code, never a traceback):
 - ``POST /v1/sessions/{id}/turns/{request_id}/cancel`` → the turn's result.
 - ``GET /v1/sessions``, ``/v1/sessions/{id}``, ``/v1/sessions/{id}/events``,
   ``/v1/sessions/{id}/state``, ``/v1/sessions/{id}/timeline`` and its live
-  ``/follow`` stream; ``GET /healthz``; the timeline page at ``/``.
+  ``/follow`` stream; ``GET /healthz``; ``GET /v1/nodes``; the timeline
+  page at ``/``.
+
+A node of a cluster (``serve --node-id``, :mod:`._cluster`) hands each
+question, cancel, edit, regenerate, switch and erasure for a session another
+live node owns to that node (``_Service._forward``), answers the calls of
+other nodes (``_Service.answer_call``), and follows a turn run elsewhere to
+its outcome through the log (``_Service._follow_elsewhere``).
 
 Who may ask (``_guard``): with a token, whoever sends it; without one, only
 this machine's pages and programs (a loopback ``Host``, and an ``Origin``

@@ -87,10 +87,18 @@ owner (or ``pg_signal_backend``); without it the takeover waits as before
 (``SessionOwnedElsewhere``, "try again") until the owner's transaction ends.
 Expiries use the server's clock, so hosts' clocks need not agree.
 
+Nodes. A store opened with ``node_id`` (``serve --node-id``) is a node of a
+cluster: its row in ``<table>_nodes`` is heartbeated by the renewal thread
+and live while its ``expires_at`` (the server's clock) lies ahead; every
+lease it takes names it, and a lease naming a node that is not live, or
+that the table does not know, is a dead owner's whatever its own expiry.
+Nodes hand calls to each other through ``<table>_inbox`` (see
+``_pg_cluster`` and docs/cluster.md).
+
 Where the code is. This module is the store and its public methods;
 ``_pg_sql`` holds the tables, every statement and what the server's errors
 mean; ``_pg_threads`` the writer and reader threads; ``_pg_leases`` what the
-store owns and the renewal thread.
+store owns and the renewal thread; ``_pg_cluster`` the nodes and their inbox.
 
 Schema. ``<table>_meta`` holds the schema version (:data:`SCHEMA_VERSION`).
 Version 1 (an identity column and a table-wide advisory lock per append) is
