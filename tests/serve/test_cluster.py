@@ -112,6 +112,7 @@ def test_a_question_for_another_nodes_session_runs_once_on_the_owner(
             assert events[0]["data"] == {"session_id": "own-1", "request_id": "x1"}
             end = _outcome(events)
             assert (end["kind"], end["answer"]) == ("committed", answer_for(question)), name
+        assert _outcome(results["n1"][1])["repeated"] is False  # the first ask
         # The model was asked once; the log holds the question once, run by n2.
         assert _asked(provider, question) == 1
         with s2.client() as b:

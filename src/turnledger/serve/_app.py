@@ -923,7 +923,14 @@ class _Service:
             }
         if isinstance(began, Response):
             return _reply(began)
-        return {"stream": True, "repeated": began[1].handle.done}
+        # Whether the question repeats a turn that had ended (its recorded
+        # outcome), as the handle's result says (a quick turn may be done
+        # already without being a repeat).
+        handle, repeated = began[1].handle, False
+        if handle.done:
+            with contextlib.suppress(SessionClosed, StoreError):
+                repeated = (await handle.outcome()).repeated
+        return {"stream": True, "repeated": repeated}
 
     async def _left_in_flight(self, session_id: str, state: SessionState) -> bool:
         """Whether the log shows a turn in flight that no relay here runs (a
