@@ -187,3 +187,28 @@ async def test_the_inbox_carries_a_call_and_its_reply_once(
     # A call nobody claimed is taken back.
     lone = await trio.to_thread.run_sync(a.inbox.post, "nobody", "s", "cancel", {})
     assert await trio.to_thread.run_sync(a.inbox.withdraw, lone)
+
+
+async def test_a_prune_leaves_a_session_another_process_owns(pg_dsn: str) -> None:
+    from turnledger.sessions import RetentionPolicy, open_hub
+    from turnledger.testing import ScriptedProvider
+
+    now = [1_800_000_000.0]
+    a = await PostgresStore.open(pg_dsn, node_id="a")
+    b = await PostgresStore.open(pg_dsn, node_id="b")
+    try:
+        with trio.fail_after(60):
+            async with open_hub(b, ScriptedProvider.instant(), model="m") as other:
+                await (await other.submit("theirs", "q")).outcome()  # b holds it
+                async with open_hub(
+                    a, ScriptedProvider.instant(), model="m", clock=lambda: now[0]
+                ) as hub:
+                    await (await hub.submit("mine", "q")).outcome()
+                    await hub.drop("mine")  # idle, and its lease let go
+                    now[0] += 10**9  # both are long idle by this hub's clock
+                    done = await hub.prune(RetentionPolicy(max_idle=60))
+                    assert [(s.session_id, s.action) for s in done] == [("mine", "erase")]
+                assert await a.session_ids() == ["theirs"]
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -29,6 +29,7 @@ import trio
 from .._errors import (
     InvalidCommand,
     SessionClosed,
+    SessionOwnedElsewhere,
     StoreCapReached,
     StoreError,
     UnknownSession,
@@ -794,7 +795,8 @@ class Hub:
         oldest turns of the ones that keep too many. Pruning is an erasure,
         with its guarantees, and each step is logged (``session_erased``,
         ``session_trimmed``). A session whose turn is in flight is left for
-        the next time.
+        the next time, as is one another process owns (PostgreSQL: a node of
+        a cluster prunes its own).
 
         Args:
             now: the time to judge idleness by (default: the hub's clock).
@@ -838,9 +840,14 @@ class Hub:
                 )
                 if fresh is None:
                     continue
-                with trio.CancelScope(shield=True):
-                    await self._drop_snapshot(step.session_id)
-                    await apply_step(self._store, fresh)
+                try:
+                    with trio.CancelScope(shield=True):
+                        await self._drop_snapshot(step.session_id)
+                        await apply_step(self._store, fresh)
+                except SessionOwnedElsewhere:
+                    # Another process (a node of a cluster) holds it: its
+                    # own retention prunes it, or this one's next round.
+                    continue
                 if fresh.action == "erase":
                     self._runtime.session_tools.pop(step.session_id, None)
                 done.append(fresh)
