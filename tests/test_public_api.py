@@ -72,7 +72,8 @@ PUBLIC: dict[str, str] = {
         "parse_retry_after"
     ),
     "turnledger.adapters.stores": (
-        "JournalStore MemorySnapshots MemoryStore PostgresSnapshots PostgresStore SQLiteSnapshots "
+        "JournalStore MemorySnapshots MemoryStore NodeInfo PostgresSnapshots PostgresStore "
+        "SQLiteSnapshots "
         "SQLiteStats SQLiteStore SessionLease open_store snapshots_beside store_kind"
     ),
     "turnledger.testing": (

@@ -275,7 +275,7 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
         print(
             f"{'session':<24} {'turns':>5} {'events':>6}  {'phase':<10} "
             f"{'prompt':>8} {'compl.':>7} {'dropped':>7}  {'last outcome':<24}"
-            + ("  owner (host pid, lease epoch, expiry)" if owners is not None else "")
+            + ("  owner (node: host pid, lease epoch, expiry)" if owners is not None else "")
         )
     for sid, events in streams.items():
         summary = session_summary(sid, events)
@@ -302,7 +302,8 @@ def _owner_text(lease: SessionLease | None) -> str:
         return "-"
     until = fmt_time(lease.expires_at.timestamp())
     state = "until" if lease.live else "expired"
-    return f"{visible(lease.host)} {lease.pid}, epoch {lease.epoch}, {state} {until}"
+    node = "" if lease.node is None else f"node {visible(lease.node)}: "
+    return f"{node}{visible(lease.host)} {lease.pid}, epoch {lease.epoch}, {state} {until}"
 
 
 def _owner_json(lease: SessionLease | None) -> dict[str, Any] | None:
@@ -314,6 +315,7 @@ def _owner_json(lease: SessionLease | None) -> dict[str, Any] | None:
         "epoch": lease.epoch,
         "expires_at": lease.expires_at.timestamp(),
         "live": lease.live,
+        "node": lease.node,
     }
 
 

@@ -79,6 +79,9 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         prune_every=args.prune_every,
         keys=command_keys(),
         snapshot_every=args.snapshot_every,
+        node_id=args.node_id,
+        advertise=args.advertise,
+        lease=args.lease,
         app=ServeSettings(
             token=_token(args),
             allowed_origins=frozenset(args.allow_origin),  # (run_serve checks them)

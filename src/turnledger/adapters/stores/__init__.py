@@ -8,7 +8,7 @@ else an SQLite file.
 from ._open import open_store, store_kind
 from .journal import JournalStore
 from .memory import MemoryStore
-from .postgres import PostgresStore, SessionLease
+from .postgres import NodeInfo, PostgresStore, SessionLease
 from .snapshots import MemorySnapshots, PostgresSnapshots, SQLiteSnapshots, snapshots_beside
 from .sqlite import SQLiteStats, SQLiteStore
 
@@ -16,6 +16,7 @@ __all__ = [
     "JournalStore",
     "MemorySnapshots",
     "MemoryStore",
+    "NodeInfo",
     "PostgresSnapshots",
     "PostgresStore",
     "SQLiteSnapshots",
