@@ -379,3 +379,18 @@ def test_snapshots_are_given_as_an_opener_and_closed_on_the_trio_side() -> None:
 
     asyncio.run(main())
     assert len(opened) == 1 and closed == [True]
+
+
+def test_drop_and_idle_sessions_from_asyncio() -> None:
+    store = MemoryStore()
+
+    async def body(hub: aio.Hub) -> tuple[list[str], list[str], int]:
+        await (await hub.submit("s1", "hello", request_id="r1")).outcome()
+        idle = hub.idle_sessions()
+        await hub.drop("s1")
+        after = hub.idle_sessions()
+        # The next question starts a new actor by replay.
+        await (await hub.submit("s1", "again", request_id="r2")).outcome()
+        return idle, after, hub.statistics().actors_started
+
+    assert run(store, ScriptedProvider(), body) == (["s1"], [], 2)

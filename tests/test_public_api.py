@@ -57,7 +57,8 @@ PUBLIC: dict[str, str] = {
     "turnledger.text": "INVISIBLE_RANGES visible",
     "turnledger.timeline": (
         "BranchEntry BranchStart BranchSwitch End LateCompletion RetryEntry Row Step Timeline "
-        "ToolCallEntry ToolRoundEntry explain iso_time phase_name session_summary timeline"
+        "ToolCallEntry ToolRoundEntry branch_line branch_tree explain iso_time phase_name "
+        "session_summary timeline"
     ),
     "turnledger.adapters.providers": (
         "PROVIDER_KINDS AnthropicChat AnthropicEncoder AnthropicEventValidator "
@@ -71,9 +72,9 @@ PUBLIC: dict[str, str] = {
         "parse_retry_after"
     ),
     "turnledger.adapters.stores": (
-        "JournalStore MemorySnapshots MemoryStore PostgresSnapshots PostgresStore PreviewDelta "
-        "Previews SQLiteSnapshots SQLiteStats SQLiteStore SessionLease open_previews open_store "
-        "snapshots_beside store_kind"
+        "JournalStore MemorySnapshots MemoryStore NodeInfo PostgresSnapshots PostgresStore "
+        "PreviewDelta Previews SQLiteSnapshots SQLiteStats SQLiteStore SessionLease "
+        "open_previews open_store snapshots_beside store_kind"
     ),
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail FaultyProvider FaultyStore "

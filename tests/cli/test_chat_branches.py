@@ -18,6 +18,9 @@ pytestmark = pytest.mark.slow
 def test_edit_retry_branches_and_switch_at_the_prompt(tmp_path: Path) -> None:
     child = spawn(tmp_path)
     child.expect("you>")
+    child.send("/retry\r")  # nothing asked yet: nothing to ask again
+    child.expect("refused: branch main has no question to ask again")
+    child.expect("you>")
     child.send("one\r")
     child.expect("held 0 earlier turn")
     child.send("two\r")

@@ -98,7 +98,10 @@ class Serve:
         return self.proc.wait(timeout)
 
 
-def serve_command(db: str, base_url: str, *extra: str) -> list[str]:
+def serve_command(db: str, base_url: str | None, *extra: str) -> list[str]:
+    """``turnledger serve`` on a free port; ``base_url`` ``None``: the
+    built-in loopback model server (serve's default, as chat's)."""
+    model = ["--base-url", base_url, "--model", "m"] if base_url is not None else []
     return [
         sys.executable,
         "-m",
@@ -108,10 +111,7 @@ def serve_command(db: str, base_url: str, *extra: str) -> list[str]:
         db,
         "--port",
         "0",
-        "--base-url",
-        base_url,
-        "--model",
-        "m",
+        *model,
         "--log-json",
         *extra,
     ]
@@ -120,7 +120,7 @@ def serve_command(db: str, base_url: str, *extra: str) -> list[str]:
 @contextmanager
 def running(
     db: Path | str,
-    base_url: str,
+    base_url: str | None,
     *extra: str,
     env: dict[str, str] | None = None,
     log_dir: Path | None = None,

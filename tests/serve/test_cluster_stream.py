@@ -209,10 +209,10 @@ def test_node_id_needs_a_postgresql_store(provider: LoopbackServer, tmp_path: Pa
     cmd = serve_command(str(tmp_path / "s.db"), provider.openai_base_url, "--node-id", "n1")
     done = subprocess.run(cmd, capture_output=True, timeout=60)
     assert done.returncode == 2
-    assert b"--node-id needs a PostgreSQL store" in done.stderr
+    assert b"clustering needs a PostgreSQL store" in done.stderr
     assert not (tmp_path / "s.db").exists()
     for bad, says in (
-        (("--node-id", " "), b"--node-id must be"),
+        (("--node-id", " "), b"--node-id: "),
         (("--node-id", "n1", "--preview-retention", "0"), b"--preview-retention must be"),
     ):
         cmd = serve_command("postgresql://nobody@127.0.0.1:1/none", provider.openai_base_url)

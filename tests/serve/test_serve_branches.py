@@ -142,3 +142,74 @@ def test_a_switch_while_a_turn_is_in_flight_is_409(service: tuple[Serve, Path]) 
         assert _questions(c, "busy") == ["uno"]
         status, _body = _post(c, "/v1/sessions/busy/switch", {"branch": "main"})
         assert status == 200 and _questions(c, "busy") == ["one"]
+
+
+def test_a_session_without_a_turn_has_none_to_edit_or_ask_again(
+    service: tuple[Serve, Path],
+) -> None:
+    serve, db = service
+    with serve.client() as c:
+        # the session's only question never committed (cancelled mid-stream)
+        with c.stream("POST", "/v1/sessions/none/turns", json={"question": "hang"}) as r:
+            assert r.status_code == 200
+            rid = _in_flight(c, "none")
+            assert c.post(f"/v1/sessions/none/turns/{rid}/cancel", json={}).status_code == 200
+        assert _questions(c, "none") == []
+        before = _events(db)
+        _error(_post(c, "/v1/sessions/none/regenerate", {}), 404, "unknown_turn")
+        _error(_post(c, "/v1/sessions/none/edit", {"turn_index": 0, "question": "q"}), 404,
+               "unknown_turn")  # fmt: skip
+        assert _events(db) == before
+        # an edit whose question is empty is refused before the hub: no branch
+        post_turn(c, "none", "one")
+        before = _events(db)
+        _error(_post(c, "/v1/sessions/none/edit", {"turn_index": 0, "question": " \n"}), 400,
+               "empty_question")  # fmt: skip
+        assert _events(db) == before
+        listed = c.get("/v1/sessions/none/branches").json()
+        assert [b["branch_id"] for b in listed["branches"]] == ["main"]
+
+
+def _answer(c: httpx.Client, path: str, body: dict[str, Any]) -> str:
+    status, events = _post(c, path, body)
+    assert status == 200 and events[-1]["data"]["kind"] == "committed", events
+    return str(events[-1]["data"]["answer"])
+
+
+def test_the_branch_routes_against_the_built_in_loopback_model(tmp_path: Path) -> None:
+    # serve without --base-url: the built-in loopback model server, whose
+    # answer says what the request held, so each answer shows the branch's path.
+    with running(tmp_path / "lb.db", None) as serve, serve.client() as c:
+        turns = "/v1/sessions/lb/turns"
+        assert "held 0 earlier" in _answer(c, turns, {"question": "one"})
+        assert "held 1 earlier" in _answer(c, turns, {"question": "two"})
+        edited = _answer(c, "/v1/sessions/lb/edit", {"turn_index": 1, "question": "deux"})
+        assert "You said: 'deux'. The request held 1 earlier" in edited
+        again = _answer(c, "/v1/sessions/lb/regenerate", {})
+        assert "You said: 'deux'. The request held 1 earlier" in again
+        status, body = _post(c, "/v1/sessions/lb/switch", {"branch": "main"})
+        assert status == 200 and body["active_branch"] == "main"
+        assert "You said: 'three'. The request held 2 earlier" in _answer(
+            c, turns, {"question": "three"}
+        )
+        assert _questions(c, "lb") == ["one", "two", "three"]
+        _post(c, "/v1/sessions/lb/switch", {"branch": "b1"})
+        assert _questions(c, "lb") == ["one", "deux"]
+        _error(_post(c, "/v1/sessions/lb/switch", {"branch": "b7"}), 404, "unknown_branch")
+
+
+def test_a_repeated_edit_gets_its_outcome_again_and_writes_nothing(
+    service: tuple[Serve, Path],
+) -> None:
+    serve, db = service
+    with serve.client() as c:
+        post_turn(c, "again", "one")
+        body = {"turn_index": 0, "question": "uno", "request_id": "edit-once"}
+        first = _answer(c, "/v1/sessions/again/edit", body)
+        written = _events(db)
+        status, events = _post(c, "/v1/sessions/again/edit", body)
+        assert status == 200 and events[-1]["data"]["answer"] == first
+        assert events[-1]["data"]["repeated"] is True
+        assert _events(db) == written
+        listed = c.get("/v1/sessions/again/branches").json()["branches"]
+        assert [b["branch_id"] for b in listed] == ["main", "b1"]

@@ -400,6 +400,21 @@ class Hub:
         listed: tuple[BranchInfo, ...] = await self._bridge.run(self._hub.branches, session_id)
         return listed
 
+    async def drop(self, session_id: str) -> None:
+        """Stop the session's actor, if one runs (see
+        :meth:`turnledger.sessions.Hub.drop`).
+
+        Cancellation: the actor stops anyway; only the wait is abandoned.
+        """
+        require_asyncio("Hub.drop")
+        await self._bridge.run(self._hub.drop, session_id)
+
+    def idle_sessions(self) -> list[str]:
+        """Sessions whose actor runs with nothing in flight (see
+        :meth:`turnledger.sessions.Hub.idle_sessions`)."""
+        idle: list[str] = self._hub.idle_sessions()
+        return idle
+
     def statistics(self) -> HubStatistics:
         """Counters for monitoring and tests."""
         stats: HubStatistics = self._hub.statistics()

@@ -31,8 +31,9 @@ from ..sessions import (
     prompt_token_cap,
     replay,
 )
+from ..timeline import branch_line
 from ._args import add_provider_arguments, open_configured_provider, provider_settings, text_arg
-from ._display import Out, describe, visible
+from ._display import ID_WIDTH, Out, describe, visible
 from ._errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Exit, display_db, scrub
 from ._hints import ChatSettings, hint
 from ._stores import open_to_write
@@ -513,10 +514,8 @@ class _Conversation:
             self.say(f"on branch {visible(parts[1])}: {turns} turns", Look.DIM)
         else:
             for b in await hub.branches(self.session_id):
-                mark = "*" if b.active else " "
-                start = "" if b.parent is None else f" from {b.parent} after {b.at_turn} turns"
-                kind = "" if b.kind is None else f" ({b.kind})"
-                self.say(f"{mark} {b.branch_id}{start}{kind}: {b.length} turns")
+                # (the line of `turnledger log`'s tree)
+                self.say(visible(branch_line(b, id_width=ID_WIDTH)))
 
     async def history(self) -> None:
         events = await self.store.read_decoded(self.session_id, DEFAULT_CODEC)

@@ -15,6 +15,7 @@ from ..sessions import CommittedResult, DiscardedResult, TurnResult
 from ..text import INVISIBLE_RANGES, visible
 
 __all__ = [
+    "ID_WIDTH",
     "LINE",
     "LogStream",
     "Out",
@@ -26,6 +27,10 @@ __all__ = [
     "visible_json",
 ]
 
+
+#: Characters of a request id a line of the command line shows (``log``'s
+#: lines and tree, ``chat``'s ``/branches``); a longer one is cut with "…".
+ID_WIDTH = 12
 
 #: What JSON leaves raw (``json.dumps`` escapes C0) but a terminal acts on.
 _JSON_INVISIBLE = re.compile(

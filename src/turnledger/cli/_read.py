@@ -23,9 +23,9 @@ from ..sessions import (
     replay_sessions,
     subject_of,
 )
-from ..timeline import phase_name, session_summary, timeline
+from ..timeline import branch_tree, phase_name, session_summary, timeline
 from ._args import at_least, text_arg
-from ._display import fmt_time, print_json, visible
+from ._display import ID_WIDTH, fmt_time, print_json, visible
 from ._errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit
 from ._stores import open_to_read
 
@@ -229,7 +229,7 @@ async def _cmd_log(args: argparse.Namespace) -> int:
             if r.late_by is not None:
                 reason += f" — {r.late_by:.3f}s after the turn ended"
             rid = visible(r.request_id or "-")
-            rid = rid if len(rid) <= 12 else rid[:11] + "…"
+            rid = rid if len(rid) <= ID_WIDTH else rid[: ID_WIDTH - 1] + "…"
             print(
                 f"  {r.seq:>4}  {fmt_time(r.recorded_at):<24} {rid:<13} {r.event:<19} "
                 f"{phase:<22} {visible(reason)}".rstrip()
@@ -237,6 +237,11 @@ async def _cmd_log(args: argparse.Namespace) -> int:
             if args.text and r.text:
                 who = "you" if r.event == "turn_submitted" else "answer"
                 print(f"        {who}: {_one_line(r.text)}")
+        if not args.json and not args.request and len(session.branches) > 1:
+            # The tree after the events: each branch, where it starts, its turns.
+            print(f"  branches ({len(session.branches)}, * marks the active one):")
+            for line in branch_tree(session, id_width=ID_WIDTH):
+                print(f"    {visible(line)}")
     if shown == 0:
         raise Exit(EXIT_NOT_FOUND, f"no events for request {args.request!r}")
     return EXIT_OK
@@ -270,7 +275,7 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
         print(
             f"{'session':<24} {'turns':>5} {'events':>6}  {'phase':<10} "
             f"{'prompt':>8} {'compl.':>7} {'dropped':>7}  {'last outcome':<24}"
-            + ("  owner (host pid, lease epoch, expiry)" if owners is not None else "")
+            + ("  owner (node: host pid, lease epoch, expiry)" if owners is not None else "")
         )
     for sid, events in streams.items():
         summary = session_summary(sid, events)
@@ -297,7 +302,8 @@ def _owner_text(lease: SessionLease | None) -> str:
         return "-"
     until = fmt_time(lease.expires_at.timestamp())
     state = "until" if lease.live else "expired"
-    return f"{visible(lease.host)} {lease.pid}, epoch {lease.epoch}, {state} {until}"
+    node = "" if lease.node is None else f"node {visible(lease.node)}: "
+    return f"{node}{visible(lease.host)} {lease.pid}, epoch {lease.epoch}, {state} {until}"
 
 
 def _owner_json(lease: SessionLease | None) -> dict[str, Any] | None:
@@ -309,6 +315,7 @@ def _owner_json(lease: SessionLease | None) -> dict[str, Any] | None:
         "epoch": lease.epoch,
         "expires_at": lease.expires_at.timestamp(),
         "live": lease.live,
+        "node": lease.node,
     }
 
 

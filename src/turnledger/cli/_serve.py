@@ -80,6 +80,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         keys=command_keys(),
         snapshot_every=args.snapshot_every,
         node_id=args.node_id,
+        advertise=args.advertise,
+        lease=args.lease,
         preview_retention=args.preview_retention,
         app=ServeSettings(
             token=_token(args),

@@ -610,9 +610,13 @@ class Actor:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         rt = self.rt
         # The task inherited the context of whichever caller started it; its
-        # log context must be the session's alone.
+        # log context must be the session's alone (and the process's node).
+        node = structlog.contextvars.get_contextvars().get("node_id")
         structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(session_id=self.session_id)
+        if node is None:
+            structlog.contextvars.bind_contextvars(session_id=self.session_id)
+        else:
+            structlog.contextvars.bind_contextvars(node_id=node, session_id=self.session_id)
         rt.counters.actor_tasks += 1
         registered = acquired = False
         why = "hub_closed"

@@ -29,6 +29,7 @@ import trio
 from .._errors import (
     InvalidCommand,
     SessionClosed,
+    SessionOwnedElsewhere,
     StoreCapReached,
     StoreError,
     UnknownSession,
@@ -666,6 +667,32 @@ class Hub:
         await self._send(session_id, (msg, ticket))
         return TurnHandle(self, session_id, msg.request_id, ticket)
 
+    # -- nodes of a cluster ----------------------------------------------------
+
+    async def drop(self, session_id: str) -> None:
+        """Stop the session's actor, if one runs, as closing the hub would
+        (queued questions get :class:`~turnledger.SessionClosed`; a turn in
+        flight is ended as ``interrupted`` if the store still takes the
+        write). For a session whose lease another process took over: its
+        writes are refused (:class:`~turnledger.LeaseLost`), so its callers
+        learn the outcome the new owner records. The next message starts a
+        new actor, by replay.
+
+        Cancellation: the actor stops anyway; only the wait is abandoned.
+        """
+        actor = self._routes.actors.get(session_id)
+        if actor is None:
+            await trio.lowlevel.checkpoint()
+            return
+        ending = self._routes.ending.setdefault(session_id, trio.Event())
+        actor.request_stop()
+        await ending.wait()
+
+    def idle_sessions(self) -> list[str]:
+        """Sessions whose actor runs with no turn in flight and nothing being
+        handled (those :meth:`drop` stops without ending a turn)."""
+        return [sid for sid, actor in self._routes.actors.items() if not actor.busy]
+
     # -- erasure and retention -------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -768,7 +795,8 @@ class Hub:
         oldest turns of the ones that keep too many. Pruning is an erasure,
         with its guarantees, and each step is logged (``session_erased``,
         ``session_trimmed``). A session whose turn is in flight is left for
-        the next time.
+        the next time, as is one another process owns (PostgreSQL: a node of
+        a cluster prunes its own).
 
         Args:
             now: the time to judge idleness by (default: the hub's clock).
@@ -812,9 +840,14 @@ class Hub:
                 )
                 if fresh is None:
                     continue
-                with trio.CancelScope(shield=True):
-                    await self._drop_snapshot(step.session_id)
-                    await apply_step(self._store, fresh)
+                try:
+                    with trio.CancelScope(shield=True):
+                        await self._drop_snapshot(step.session_id)
+                        await apply_step(self._store, fresh)
+                except SessionOwnedElsewhere:
+                    # Another process (a node of a cluster) holds it: its
+                    # own retention prunes it, or this one's next round.
+                    continue
                 if fresh.action == "erase":
                     self._runtime.session_tools.pop(step.session_id, None)
                 done.append(fresh)

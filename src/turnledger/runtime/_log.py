@@ -83,6 +83,7 @@ EVENTS: Final[dict[str, str]] = {
 FIELDS: Final[frozenset[str]] = frozenset(
     {
         "session_id",
+        "node_id",
         "request_id",
         "msg_type",
         "stale",

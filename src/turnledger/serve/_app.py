@@ -15,7 +15,16 @@ with a stable code, never a traceback):
 - ``POST /v1/sessions/{id}/turns/{request_id}/cancel`` → the turn's result.
 - ``GET /v1/sessions``, ``/v1/sessions/{id}``, ``/v1/sessions/{id}/events``,
   ``/v1/sessions/{id}/state``, ``/v1/sessions/{id}/timeline`` and its live
-  ``/follow`` stream; ``GET /healthz``; the timeline page at ``/``.
+  ``/follow`` stream; ``GET /healthz``; ``GET /v1/nodes``; the timeline
+  page at ``/``.
+
+A node of a cluster (``serve --node-id``, :mod:`._cluster`) hands each
+question, cancel, edit, regenerate, switch and erasure for a session another
+live node owns to that node (``_Service._forward``), answers the calls of
+other nodes (``_Service.answer_call``), and streams a turn run elsewhere:
+its deltas through the previews in PostgreSQL, then its outcome from the
+log (``_Service._followed``; ``_follow_elsewhere``, the outcome alone, when
+an application was given a node but no previews).
 
 Who may ask (``_guard``): with a token, whoever sends it; without one, only
 this machine's pages and programs (a loopback ``Host``, and an ``Origin``
@@ -50,6 +59,7 @@ import hmac
 import math
 import re
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from functools import partial
@@ -80,6 +90,8 @@ from .. import (
     UnknownTurn,
 )
 from .._errors import describe_store_error
+from ..adapters.stores._pg_cluster import Call
+from ..adapters.stores.postgres import PostgresStore
 from ..events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent
 from ..sessions import (
     BranchInfo,
@@ -99,6 +111,7 @@ from ..sessions import (
     replay,
 )
 from ..wire import loads_object
+from ._cluster import Node, NotTaken
 from ._ids import unquote_id
 from ._timeline import LIVE_PAGE_POLICY, phase_name, render_page, session_summary, timeline_model
 
@@ -127,6 +140,11 @@ _REJECT_STATUS = {
 #: table's entry, as an estimate (see ServeSettings.keep_results_bytes).
 _KEPT_ENTRY_BYTES = 256
 _SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+#: How many times a call is handed to the owner the lease names (it may be
+#: letting the session go, or be gone) before the client is told to retry.
+_ROUTE_ATTEMPTS = 10
+#: Seconds between looks at the owner of a turn followed from another node.
+_POLL_OWNER = 1.0
 
 
 @attrs.frozen(kw_only=True)
@@ -419,6 +437,8 @@ class _Service:
         self.gates = _Gates()
         #: Turns between their POST and their first delta (or end).
         self.starting = trio.CapacityLimiter(settings.max_starting or math.inf)
+        #: This process as a node of a cluster (``serve --node-id``), else ``None``.
+        self.node: Node | None = None
 
     # -- helpers ---------------------------------------------------------
 
@@ -594,9 +614,10 @@ class _Service:
         session_id = _path_id(request, "session_id")
         body = await self._body(request)
         _only(body, "question", "request_id")
-        question, rid = _question(body), _request_id(body)
+        question, rid = _question(body), self._rid(_request_id(body))
         start = partial(self.hub.submit, session_id, question, request_id=rid)
-        return await self._ask(session_id, question, rid, start)
+        call = ("turns", {"question": question, "request_id": rid})
+        return await self._ask(session_id, question, rid, start, call=call)
 
     async def edit(self, request: Request) -> Response:
         """POST .../edit ``{"turn_index", "question", "request_id"?}``: the
@@ -608,9 +629,10 @@ class _Service:
         index = body.get("turn_index")
         if type(index) is not int:
             raise ApiError(400, "bad_field", "turn_index must be an integer")
-        question, rid = _question(body), _request_id(body)
+        question, rid = _question(body), self._rid(_request_id(body))
         start = partial(self.hub.edit, session_id, index, question, request_id=rid)
-        return await self._ask(session_id, question, rid, start, branch=True)
+        call = ("edit", {"turn_index": index, "question": question, "request_id": rid})
+        return await self._ask(session_id, question, rid, start, branch=True, call=call)
 
     async def regenerate(self, request: Request) -> Response:
         """POST .../regenerate ``{"request_id"?}``: the last question asked
@@ -618,9 +640,10 @@ class _Service:
         session_id = _path_id(request, "session_id")
         body = await self._body(request, empty=True)
         _only(body, "request_id")
-        rid = _request_id(body)
+        rid = self._rid(_request_id(body))
         start = partial(self.hub.regenerate, session_id, request_id=rid)
-        return await self._ask(session_id, None, rid, start, branch=True)
+        call = ("regenerate", {"request_id": rid})
+        return await self._ask(session_id, None, rid, start, branch=True, call=call)
 
     async def switch(self, request: Request) -> Response:
         """POST .../switch ``{"branch"}``: make a branch the active one."""
@@ -630,6 +653,19 @@ class _Service:
         branch = body.get("branch")
         if not isinstance(branch, str):
             raise ApiError(400, "bad_field", "branch must be a string")
+        for _ in range(2):
+            reply = await self._forward(session_id, "switch", {"branch": branch})
+            if reply is not None:
+                return _json(reply["body"], reply["status"])
+            self._local_work()
+            try:
+                return await self._switch_here(session_id, branch)
+            except ApiError as exc:
+                if self.node is None or exc.code != "owned_elsewhere":
+                    raise
+        raise ApiError(503, "owner_unavailable", "the session changed hands; try again")
+
+    async def _switch_here(self, session_id: str, branch: str) -> Response:
         try:
             async with self.gates.hold(session_id):
                 await self.hub.switch(session_id, branch)
@@ -654,10 +690,58 @@ class _Service:
         start: Callable[[], Awaitable[TurnHandle]],
         *,
         branch: bool = False,
+        call: tuple[str, dict[str, Any]] | None = None,
     ) -> Response:
         """A question (``start`` asks it) answered as an SSE stream.
         ``branch``: an edit or a regenerate (``question`` ``None``: the last
-        one again), which needs a session that exists."""
+        one again), which needs a session that exists. ``call``: the same
+        question as a call to the node that owns the session, in a cluster."""
+        for _ in range(2):
+            reply = None if call is None else await self._forward(session_id, *call)
+            if reply is not None:
+                if "status" in reply:
+                    return _json(reply["body"], reply["status"])
+                assert rid is not None  # (a node draws an id for every question)
+                head = _sse("turn", {"session_id": session_id, "request_id": rid})
+                repeated = bool(reply.get("repeated", False))
+                if self.previews is not None:
+                    # Its deltas from the first, through the previews.
+                    follow = self._followed((session_id, rid), 0, head, repeated)
+                else:
+                    follow = self._follow_elsewhere(session_id, rid, head, repeated)
+                return StreamingResponse(
+                    follow, media_type="text/event-stream", headers=_SSE_HEADERS
+                )
+            self._local_work()
+            began = None
+            try:
+                began = await self._begin(session_id, question, rid, start, branch=branch)
+            except ApiError as exc:
+                # Taken by another node between the look at its owner and
+                # the acquire: handed to that node.
+                if self.node is None or exc.code != "owned_elsewhere":
+                    raise
+            if isinstance(began, Response):
+                return began
+            if began is not None:
+                key, relay = began
+                head = _sse("turn", {"session_id": key[0], "request_id": key[1]})
+                return StreamingResponse(
+                    relay.stream(0, head), media_type="text/event-stream", headers=_SSE_HEADERS
+                )
+        raise ApiError(503, "owner_unavailable", "the session changed hands; try again")
+
+    async def _begin(
+        self,
+        session_id: str,
+        question: str | None,
+        rid: str | None,
+        start: Callable[[], Awaitable[TurnHandle]],
+        *,
+        branch: bool = False,
+    ) -> tuple[tuple[str, str], _Relay] | Response:
+        """Ask here: the turn's key and relay once the session took the
+        question in, or the response that refuses it."""
         # A slot among the turns starting (see ServeSettings.max_starting),
         # held until the turn's first delta or its end: the relay gives it back.
         slot = object()
@@ -670,6 +754,8 @@ class _Service:
                 # budget) cannot be overtaken by another POST of this process.
                 async with self.gates.hold(session_id):
                     state = await self.hub.state(session_id)
+                    if self.node is not None and await self._left_in_flight(session_id, state):
+                        state = await self.hub.state(session_id)
                     if branch and state.config is None:
                         raise ApiError(404, "unknown_session", f"no session {session_id!r}")
                     if question is None:
@@ -724,10 +810,7 @@ class _Service:
         finally:
             if held:
                 self.starting.release_on_behalf_of(slot)
-        head = _sse("turn", {"session_id": key[0], "request_id": key[1]})
-        return StreamingResponse(
-            relay.stream(0, head), media_type="text/event-stream", headers=_SSE_HEADERS
-        )
+        return key, relay
 
     def relay(self, handle: TurnHandle, started: Callable[[], None] = lambda: None) -> _Relay:
         """The relay of a turn this process runs (started now if it has none):
@@ -755,7 +838,14 @@ class _Service:
             return StreamingResponse(
                 relay.stream(after, b""), media_type="text/event-stream", headers=_SSE_HEADERS
             )
-        if self.previews is not None and await self._runs_elsewhere(key):
+        # In flight in the log and not here: followed through the previews
+        # while its owner lives (a dead owner's turn is closed here at once,
+        # below).
+        if (
+            self.previews is not None
+            and await self._runs_elsewhere(key)
+            and (self.node is None or await self.node.owner_elsewhere(session_id) is not None)
+        ):
             return StreamingResponse(
                 self._followed(key, after, b""),
                 media_type="text/event-stream",
@@ -796,7 +886,10 @@ class _Service:
         assert self.previews is not None
         if await self._logged(key) is not None:
             return True
-        if await self.previews.owner_live(key[0]):
+        if self.node is not None:
+            if await self.node.owner_elsewhere(key[0]) is not None:
+                return False
+        elif await self.previews.owner_live(key[0]):
             return False
         try:
             handle = await self.hub.submit(key[0], "", request_id=key[1])
@@ -807,12 +900,13 @@ class _Service:
         return True
 
     async def _followed(
-        self, key: tuple[str, str], after: int, head: bytes
+        self, key: tuple[str, str], after: int, head: bytes, repeated: bool | None = None
     ) -> AsyncIterator[bytes]:
         """The stream of a turn another process runs, followed through
         PostgreSQL: the deltas after ``after`` (numbered as the owner
-        numbers them), then the outcome from the log. A client going away
-        stops only the following."""
+        numbers them), then the outcome from the log (``repeated`` as
+        given, else as the log tells). A client going away stops only the
+        following."""
         assert self.previews is not None
         if head:
             yield head
@@ -839,6 +933,8 @@ class _Service:
             while not timed_out:
                 found = await self._logged(key)
                 if found is not None:
+                    if repeated is not None:
+                        found = orjson.dumps(orjson.loads(found) | {"repeated": repeated})
                     yield _frame("outcome", found)
                     return
                 if self.stopping.is_set():
@@ -891,6 +987,13 @@ class _Service:
         # A POST like any other: JSON, here an empty object (or no body).
         if await self._body(request, empty=True):
             raise ApiError(400, "bad_field", "a cancel takes no fields")
+        if self.live.get((session_id, rid)) is None:
+            reply = await self._forward(session_id, "cancel", {"request_id": rid})
+            if reply is not None:
+                return _json(reply["body"], reply["status"])
+        return await self._cancel_here(session_id, rid)
+
+    async def _cancel_here(self, session_id: str, rid: str) -> Response:
         key = (session_id, rid)
         relay = self.live.get(key)
         if relay is not None:
@@ -903,6 +1006,131 @@ class _Service:
                 return _raw_json(ended)
             return _json(result_json(result))
         return _raw_json(await self._outcome(key))
+
+    # -- a node of a cluster -------------------------------------------------
+
+    def _rid(self, rid: str | None) -> str | None:
+        # A node names every question: a call to another node, and a client
+        # following the turn from here, need its id.
+        return uuid.uuid4().hex if rid is None and self.node is not None else rid
+
+    def _local_work(self) -> None:
+        if self.node is not None and self.node.stopping:
+            raise ApiError(503, "shutting_down", "this node is shutting down")
+
+    async def _forward(
+        self, session_id: str, kind: str, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """``kind`` handed to the live node that owns the session, and its
+        reply (``{"status", "body"}``, or ``{"stream"}`` for an admitted
+        question); ``None``: no other live node owns it, do it here."""
+        node = self.node
+        if node is None:
+            return None
+        for _ in range(_ROUTE_ATTEMPTS):
+            target = await node.owner_elsewhere(session_id)
+            if target is None:
+                return None
+            try:
+                reply = await node.call(target, session_id, kind, body)
+            except NotTaken:
+                continue  # gone or stuck: its lease says so soon
+            except TimeoutError:
+                raise ApiError(
+                    504, "owner_timeout", f"node {target!r} did not answer in time"
+                ) from None
+            if not reply.get("retry"):
+                return reply
+            await trio.sleep(0.2)  # its owner is letting it go
+        raise ApiError(503, "owner_unavailable", "the session's owner did not take the call")
+
+    async def answer_call(self, call: Call) -> dict[str, Any]:
+        """Run a call another node handed over for a session this node owns
+        (never handed on: a session found owned elsewhere is ``retry``)."""
+        kind, sid, body = call.kind, call.session_id, call.body
+        try:
+            if kind == "cancel":
+                return _reply(await self._cancel_here(sid, body["request_id"]))
+            if kind == "erase":
+                return _reply(await self._erase_here(sid))
+            if kind not in ("switch", "turns", "edit", "regenerate"):
+                raise ApiError(400, "bad_call", f"no call {kind!r} (another release?)")
+            if self.node is not None and self.node.stopping:
+                return {"retry": True}
+            if kind == "switch":
+                return _reply(await self._switch_here(sid, body["branch"]))
+            rid = str(body["request_id"])
+            question = body.get("question")
+            start: Callable[[], Awaitable[TurnHandle]]
+            if kind == "edit":
+                index = int(body["turn_index"])
+                start = partial(self.hub.edit, sid, index, str(question), request_id=rid)
+            elif kind == "turns":
+                start = partial(self.hub.submit, sid, str(question), request_id=rid)
+            else:
+                start = partial(self.hub.regenerate, sid, request_id=rid)
+            began = await self._begin(sid, question, rid, start, branch=kind != "turns")
+        except ApiError as exc:
+            if exc.code == "owned_elsewhere":
+                return {"retry": True}
+            return {
+                "status": exc.status,
+                "body": {"error": {"code": exc.code, "message": exc.message}},
+            }
+        if isinstance(began, Response):
+            return _reply(began)
+        # Whether the question repeats a turn that had ended (its recorded
+        # outcome), as the handle's result says (a quick turn may be done
+        # already without being a repeat).
+        handle, repeated = began[1].handle, False
+        if handle.done:
+            with contextlib.suppress(SessionClosed, StoreError):
+                repeated = (await handle.outcome()).repeated
+        return {"stream": True, "repeated": repeated}
+
+    async def _left_in_flight(self, session_id: str, state: SessionState) -> bool:
+        """Whether the log shows a turn in flight that no relay here runs (a
+        dead node's: the session has no live owner, or it would have been
+        handed over) and it was closed now: the session is taken over, and
+        the turn ends as ``interrupted``, before the new question is judged
+        (it would be refused as busy)."""
+        if not is_in_flight(state):
+            return False
+        key = (session_id, str(state.request.request_id))  # type: ignore[union-attr]
+        if key in self.live or key in self.done:
+            return False
+        await self._outcome(key)
+        return True
+
+    async def _follow_elsewhere(
+        self, session_id: str, rid: str, head: bytes, repeated: bool
+    ) -> AsyncIterator[bytes]:
+        """A turn run by another node, followed to its outcome through the
+        log (the turn's deltas are the previews' business). Should its owner
+        die, the outcome is decided here: the session is taken over, and a
+        turn it left in flight ends as ``interrupted``."""
+        if head:
+            yield head
+        node = self.node
+        assert node is not None
+        after, pause, looked = 0, 0.02, trio.current_time()
+        while True:
+            stored = await self.store.read(session_id, after)
+            found = _stored_outcome(stored, rid)
+            if found is not None:
+                yield _frame("outcome", orjson.dumps(found | {"repeated": repeated}))
+                return
+            after = stored[-1].seq if stored else after
+            if trio.current_time() - looked >= _POLL_OWNER:
+                looked = trio.current_time()
+                if await node.owner_elsewhere(session_id) is None:
+                    try:
+                        yield _frame("outcome", await self._outcome((session_id, rid)))
+                    except ApiError as exc:
+                        yield _sse("error", {"code": exc.code, "message": exc.message})
+                    return
+            await trio.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
     async def sessions(self, request: Request) -> Response:
         limit = _int_param(request, "limit", 100, low=1, high=self.settings.max_page)
@@ -924,6 +1152,12 @@ class _Service:
         """``DELETE /v1/sessions/{id}``: erase the session (its turn in
         flight ends as ``erased``); 404 if there is none, nothing changed."""
         session_id = _path_id(request, "session_id")
+        reply = await self._forward(session_id, "erase", {})
+        if reply is not None:
+            return _json(reply["body"], reply["status"])
+        return await self._erase_here(session_id)
+
+    async def _erase_here(self, session_id: str) -> Response:
         try:
             record = await self.hub.erase(session_id)
         except UnknownSession:
@@ -995,10 +1229,28 @@ class _Service:
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
+    async def nodes(self, request: Request) -> Response:
+        """GET /v1/nodes: the live nodes (``?dead=1``: and those whose
+        heartbeat ran out), each with its sessions, heartbeats and lag."""
+        limit = _int_param(request, "sessions", 1000, low=0, high=self.settings.max_page * 100)
+        dead = _int_param(request, "dead", 0, low=0, high=1)
+        listed = getattr(self.store, "nodes", None)
+        if listed is None:
+            raise ApiError(404, "no_cluster", "nodes need a PostgreSQL store")
+        found = await listed(dead=bool(dead), sessions=limit)
+        return _json(
+            {
+                "node_id": None if self.node is None else self.node.node_id,
+                "nodes": [_node_json(n) for n in found],
+            }
+        )
+
     async def healthz(self, request: Request) -> Response:
         stats = self.hub.statistics()
         body: dict[str, Any] = {
             "ok": True,
+            "node_id": None if self.node is None else self.node.node_id,
+            "stopping": self.node is not None and self.node.stopping,
             "actors": stats.actors,
             "in_flight": stats.in_flight,
             "relays": len(self.live),
@@ -1021,6 +1273,30 @@ class _Service:
         policy = f"{LIVE_PAGE_POLICY}; frame-ancestors 'none'"
         headers = {"Cache-Control": "no-store", "Content-Security-Policy": policy}
         return HTMLResponse(render_page(None), headers=headers)
+
+
+def _reply(response: Response) -> dict[str, Any]:
+    # A response as a call's reply (the JSON routes' bodies are JSON).
+    return {"status": response.status_code, "body": orjson.loads(bytes(response.body))}
+
+
+def _node_json(node: Any) -> dict[str, Any]:
+    return {
+        "node_id": node.node_id,
+        "live": node.live,
+        "stopping": node.stopping,
+        "address": node.address,
+        "host": node.host,
+        "pid": node.pid,
+        "started_at": node.started_at.timestamp(),
+        "heartbeat_at": node.heartbeat_at.timestamp(),
+        "expires_at": node.expires_at.timestamp(),
+        "heartbeat_age_ms": round(node.age_ms, 1),
+        "renewals": node.renewals,
+        "lag_ms": round(node.lag_ms, 1),
+        "session_count": node.session_count,
+        "sessions": list(node.sessions),
+    }
 
 
 def _only(body: Mapping[str, Any], *fields: str) -> None:
@@ -1343,6 +1619,7 @@ def create_app(
     *,
     nursery: trio.Nursery,
     stopping: trio.Event | None = None,
+    node: Node | None = None,
     previews: Previews | None = None,
 ) -> ASGIApp:
     """The ASGI application over a running hub and its store.
@@ -1350,14 +1627,22 @@ def create_app(
     ``nursery`` runs one small task per turn in flight (it reads the turn's
     preview for all its streams; it ends with the turn, or when the hub
     closes). ``stopping``, once set, ends the live-follow streams (so a
-    graceful shutdown need not wait for browsers to go away). ``previews``
-    (PostgreSQL only, see docs/cluster.md): the turns this process runs
-    publish their deltas there, and a stream of a turn that runs in another
-    process follows it from there.
+    graceful shutdown need not wait for browsers to go away). ``node``:
+    this process as a node of a cluster (made here if ``store`` is a
+    :class:`~turnledger.adapters.stores.PostgresStore` opened with a
+    ``node_id``); it answers the calls of other nodes in ``nursery``.
+    ``previews`` (a node's, see docs/cluster.md): the turns this process
+    runs publish their deltas there, and a stream of a turn that runs on
+    another node follows it from there.
     """
     settings = settings or ServeSettings()
     stop = trio.Event() if stopping is None else stopping
     svc = _Service(hub, store, settings, stop, nursery, previews)
+    if node is None and isinstance(store, PostgresStore) and store.inbox is not None:
+        node = Node(store, hub)
+    if node is not None:
+        svc.node = node
+        nursery.start_soon(node.run, svc.answer_call)
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
@@ -1389,6 +1674,7 @@ def create_app(
         routes=[
             Route("/", svc.page),
             Route("/healthz", svc.healthz),
+            Route("/v1/nodes", svc.nodes),
             Route("/v1/sessions", svc.sessions),
             Route(f"/v1/sessions/{sid}", svc.session),
             Route(f"/v1/sessions/{sid}", svc.erase, methods=["DELETE"]),

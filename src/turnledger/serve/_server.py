@@ -23,7 +23,7 @@ import attrs
 import structlog
 import trio
 
-from .._errors import ProviderSettingsError
+from .._errors import ProviderSettingsError, StoreError
 from ..adapters.providers import PROVIDER_KINDS, ProviderSettings
 from ..events import OnBusy, Window
 from ..sessions import RetentionPolicy
@@ -95,9 +95,14 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="how often the retention runs, the first time at start "
                    "(default: %(default)s)")  # fmt: skip
     p.add_argument("--node-id", default=None, metavar="ID",
-                   help="run as one node of several on one PostgreSQL store: this node's "
-                   "turns publish their deltas there, and turns running on other nodes "
-                   "are streamed from there (see docs/cluster.md)")  # fmt: skip
+                   help="run as this node of a cluster of serve processes on one PostgreSQL "
+                   "store: any node takes any request (see docs/cluster.md)")  # fmt: skip
+    p.add_argument("--advertise", default=None, metavar="URL",
+                   help="the address GET /v1/nodes shows for this node "
+                   "(with --node-id)")  # fmt: skip
+    p.add_argument("--lease", type=float, default=None, metavar="SECONDS",
+                   help="PostgreSQL: how long a session (and a node) stays owned without "
+                   "renewal; a paused node loses its sessions after it (default: 10)")  # fmt: skip
     p.add_argument("--preview-retention", type=float, default=30.0, metavar="SECONDS",
                    help="with --node-id: how long a finished turn's deltas stay in the "
                    "database for reattaching clients (default: %(default)s)")  # fmt: skip
@@ -169,10 +174,13 @@ class ServeOptions:
     #: Keep snapshots of long sessions beside the store, one every this many
     #: events (see docs/snapshots.md); ``None``: none.
     snapshot_every: int | None = None
-    #: This node's id among several on one PostgreSQL store (``None``: not
-    #: clustered). With it, turns publish their deltas through the database
-    #: and a stream of a turn another node runs follows it from there.
+    #: Run as this node of a cluster (PostgreSQL only; see docs/cluster.md).
     node_id: str | None = None
+    #: The address ``GET /v1/nodes`` shows for this node.
+    advertise: str | None = None
+    #: PostgreSQL: seconds a session's lease, and the node's heartbeat, last
+    #: without renewal; ``None``: the store's default (10).
+    lease: float | None = None
     #: Seconds a finished turn's deltas stay in the database (``node_id`` only).
     preview_retention: float = 30.0
     #: What the application needs besides the hub and the store.
@@ -202,18 +210,8 @@ def _check(options: ServeOptions, endpoint: object) -> str:
     """Refuse options that cannot work together, before anything is opened
     or bound; the model of new sessions."""
     app = options.app
-    if options.node_id is not None:
-        from ..adapters.stores import store_kind
-
-        if store_kind(options.db) != "postgres":
-            raise ServeOptionsError(
-                "--node-id needs a PostgreSQL store (--db postgresql://...): "
-                "nodes share their turns through it"
-            )
-        if not options.node_id.strip() or not options.node_id.isprintable():
-            raise ServeOptionsError("--node-id must be a printable, non-blank id")
-        if not options.preview_retention > 0:
-            raise ServeOptionsError("--preview-retention must be more than 0 seconds")
+    if options.node_id is not None and not options.preview_retention > 0:
+        raise ServeOptionsError("--preview-retention must be more than 0 seconds")
     if app.token is None and options.host not in _LOOPBACK:
         raise ServeOptionsError(f"binding {options.host} requires a token (--token-env NAME)")
     if app.token is not None:
@@ -229,6 +227,7 @@ def _check(options: ServeOptions, endpoint: object) -> str:
         raise ServeOptionsError("--start-hold must be more than 0 seconds")
     if app.keep_results_bytes < 0:
         raise ServeOptionsError("--keep-results-bytes must be 0 (keep none) or more")
+    _check_cluster(options)
     window, reserve = options.context_window, options.output_reserve
     if window is not None and reserve is not None and reserve >= window:
         raise ServeOptionsError("--output-reserve must be below --context-window")
@@ -244,6 +243,47 @@ def _check(options: ServeOptions, endpoint: object) -> str:
         source = "--base-url" if configured.source == "base_url" else configured.source
         raise ServeOptionsError(f"--model is required with an endpoint (from {source})")
     return "loopback"
+
+
+def _check_cluster(options: ServeOptions) -> None:
+    """Clustering needs PostgreSQL: the nodes share sessions through it."""
+    from ..adapters.stores import store_kind
+    from ..adapters.stores.postgres import check_node_id
+
+    given = [
+        flag
+        for flag, value in (
+            ("--node-id", options.node_id),
+            ("--advertise", options.advertise),
+            ("--lease", options.lease),
+        )
+        if value is not None
+    ]
+    if given and store_kind(options.db) != "postgres":
+        raise ServeOptionsError(
+            f"{', '.join(given)}: clustering needs a PostgreSQL store (--db postgresql://...);"
+            " the nodes share their sessions through it"
+        )
+    if options.advertise is not None and options.node_id is None:
+        raise ServeOptionsError("--advertise goes with --node-id")
+    if options.node_id is not None:
+        if options.keys is not None:
+            raise ServeOptionsError("--node-id: an encrypted store cannot be clustered yet")
+        try:
+            check_node_id(options.node_id)
+        except ValueError as exc:
+            raise ServeOptionsError(f"--node-id: {exc}") from None
+    if options.lease is not None and not options.lease > 0:
+        raise ServeOptionsError("--lease must be more than 0 seconds")
+
+
+def _store_options(options: ServeOptions) -> dict[str, Any]:
+    opened: dict[str, Any] = {}
+    if options.node_id is not None:
+        opened.update(node_id=options.node_id, advertise=options.advertise)
+    if options.lease is not None:
+        opened["lease"] = options.lease
+    return opened
 
 
 def _provider(options: ServeOptions, base_url: str, client: Any, *, loopback: bool) -> Any:
@@ -315,12 +355,17 @@ async def run_serve(
     # command line builds its parser from this module without it.
     from hypercorn.config import Config
 
-    from ..adapters.stores import open_store
+    from ..adapters.stores import PostgresStore, open_store
     from ..sessions import Budget, CharTokenEstimator, open_hub
     from ._app import NewSessionBudget, create_app
+    from ._cluster import Node
     from ._listen import BatchListener
 
     model = _check(options, endpoint)
+    if options.node_id is not None:
+        # Every log line of this process names its node (an actor's task
+        # keeps it when it starts its own context).
+        structlog.contextvars.bind_contextvars(node_id=options.node_id)
     configured = options.provider.endpoint()
     served = trio.Event()
     loopback = configured is None and endpoint is not None
@@ -335,7 +380,13 @@ async def run_serve(
         sock = _bind(options.host, options.port)
         host, port = sock.getsockname()[:2]
         try:
-            store = await open_store(options.db, keys=options.keys)
+            store = await open_store(options.db, keys=options.keys, **_store_options(options))
+        except StoreError as exc:
+            sock.close()
+            await client.aclose()
+            if options.node_id is not None and "node id" in str(exc):
+                raise ServeOptionsError(f"--node-id: {exc}") from None
+            raise
         except BaseException:
             sock.close()
             await client.aclose()
@@ -405,8 +456,17 @@ async def run_serve(
                         snapshot_every=options.snapshot_every,
                     ) as hub,
                 ):
+                    node = None
+                    if isinstance(store, PostgresStore) and store.inbox is not None:
+                        node = Node(store, hub)
                     app = create_app(
-                        hub, store, settings, nursery=nursery, stopping=stop, previews=previews
+                        hub,
+                        store,
+                        settings,
+                        nursery=nursery,
+                        stopping=stop,
+                        node=node,
+                        previews=previews,
                     )
                     pruning = trio.CancelScope()
                     if options.retention is not None:
@@ -425,6 +485,8 @@ async def run_serve(
                     pruning.cancel()
                     # Stopped accepting; turns in flight may end within the grace.
                     with trio.move_on_after(options.grace):
+                        if node is not None:
+                            await _hand_over(node, hub, store)
                         while hub.statistics().in_flight:
                             await trio.sleep(0.05)
                     log.info("serve_stopping", in_flight=hub.statistics().in_flight)
@@ -449,6 +511,31 @@ async def _previews(options: ServeOptions, store: Any) -> AsyncIterator[Any]:
 
     async with open_previews(store, retain_after_end=options.preview_retention) as previews:
         yield previews
+
+
+async def _hand_over(node: Any, hub: Any, store: Any) -> None:
+    """A node stopping hands its sessions over: it refuses new work (other
+    nodes' calls are told to look again), and lets each session go as soon
+    as no turn of it is in flight, so that other nodes acquire them within
+    the grace rather than after the leases run out.
+
+    Cancellation: the grace ran out; the hub's close lets the rest go.
+    """
+    node.stopping = True
+    try:
+        await store.mark_stopping()
+    except StoreError as exc:
+        log.warning("node_mark_failed", error=type(exc).__name__)
+    log.info("node_stopping", sessions=len(store.held_sessions()))
+    while True:
+        idle = hub.idle_sessions()
+        if idle:
+            async with trio.open_nursery() as nursery:
+                for sid in idle:
+                    nursery.start_soon(hub.drop, sid)
+        if not hub.statistics().in_flight:
+            return
+        await trio.sleep(0.05)
 
 
 def _url(configured: Any) -> str:

@@ -28,9 +28,10 @@ appearance. A row carries:
   (:class:`BranchStart`: an edit or a regenerate) if it did.
 
 The timeline also holds the session's tree: every branch
-(:class:`BranchEntry`: where it starts, its length, its newest turn), the
-active one (whose path ``history`` is) and every switch
-(:class:`BranchSwitch`).
+(:class:`BranchEntry`: where it starts, its length, its newest turn and
+the turns it added itself), the active one (whose path ``history`` is) and
+every switch (:class:`BranchSwitch`). :func:`branch_tree` draws the tree as
+lines of text (``turnledger log`` prints them); the page draws the same.
 
 :func:`session_summary` is the one line a list of sessions shows, with the
 same keys in ``turnledger sessions --json`` and ``GET /v1/sessions``.
@@ -54,6 +55,7 @@ from ._rows import (
     session_summary,
     timeline,
 )
+from ._tree import branch_line, branch_tree
 
 __all__ = [
     "BranchEntry",
@@ -67,6 +69,8 @@ __all__ = [
     "Timeline",
     "ToolCallEntry",
     "ToolRoundEntry",
+    "branch_line",
+    "branch_tree",
     "explain",
     "iso_time",
     "phase_name",

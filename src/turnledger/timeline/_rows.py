@@ -31,9 +31,10 @@ from ..events import (
 
 # From the pure modules themselves: the package's own __init__ can reach the
 # trio runtime (lazily), which a pure module may not even name.
+from ..sessions._branches import branch_records, infos
 from ..sessions._budgets import prompt_token_cap
 from ..sessions._machine import evolve
-from ..sessions._phases import SessionState, branches_of, initial_state, is_in_flight
+from ..sessions._phases import SessionState, initial_state, is_in_flight
 from ..sessions._projection import Budget
 from ..sessions._retention import subject_of
 
@@ -223,6 +224,10 @@ class BranchEntry:
     length: int
     head: str | None
     active: bool
+    #: Request ids of the committed turns the branch added itself, oldest
+    #: first: its path after the ``at_turn`` turns it keeps (all of
+    #: ``main``'s). Every committed turn of the session is on exactly one.
+    turns: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -411,7 +416,7 @@ class Timeline:
                 {"request_id": rid, "question": q, "answer": a} for rid, q, a in self.history
             ],
             "active_branch": self.active_branch,
-            "branches": [attrs.asdict(b) for b in self.branches],
+            "branches": [{**attrs.asdict(b), "turns": list(b.turns)} for b in self.branches],
             "switches": [attrs.asdict(w) for w in self.switches],
         }
 
@@ -523,7 +528,7 @@ def _reason(event: Event, estimated: int | None, budget: int | None) -> tuple[st
         what = "asked differently" if event.kind == "edit" else "asked again"
         return event.kind, (
             f"branch {event.branch} from {event.parent}: keeps {event.at_turn} turns, "
-            f"turn {event.at_turn} {what}"
+            f"question {event.at_turn + 1} {what}"
         )
     if isinstance(event, BranchSwitched):
         return "switch", f"active branch: {event.branch}"
@@ -782,12 +787,21 @@ def _build(session_id: str, stored: Sequence[StoredEvent], *, steps: bool) -> Ti
         history=tuple((str(t.request_id), t.question, t.answer) for t in state.turns),
         events=len(stored),
         active_branch=state.active_branch,
-        branches=tuple(
-            BranchEntry(b.branch_id, b.parent, b.at_turn, b.kind, b.length, b.head, b.active)
-            for b in branches_of(state)
-        ),
+        branches=_branches(state, own_turns=steps),
         switches=tuple(switches),
     )
+
+
+def _branches(state: SessionState, *, own_turns: bool) -> tuple[BranchEntry, ...]:
+    # (a summary needs no turns of its own: it counts the history only)
+    records = branch_records(state.branches, state.active_branch, state.turns, state.context_start)
+    out = []
+    for b, r in zip(infos(records, state.active_branch), records, strict=True):
+        turns = tuple(str(t.request_id) for t in r.turns[r.at_turn :]) if own_turns else ()
+        out.append(
+            BranchEntry(b.branch_id, b.parent, b.at_turn, b.kind, b.length, b.head, b.active, turns)
+        )
+    return tuple(out)
 
 
 def _step(

@@ -9,7 +9,7 @@ from ._open import open_store, store_kind
 from ._pg_previews import PreviewDelta, Previews, open_previews
 from .journal import JournalStore
 from .memory import MemoryStore
-from .postgres import PostgresStore, SessionLease
+from .postgres import NodeInfo, PostgresStore, SessionLease
 from .snapshots import MemorySnapshots, PostgresSnapshots, SQLiteSnapshots, snapshots_beside
 from .sqlite import SQLiteStats, SQLiteStore
 
@@ -17,6 +17,7 @@ __all__ = [
     "JournalStore",
     "MemorySnapshots",
     "MemoryStore",
+    "NodeInfo",
     "PostgresSnapshots",
     "PostgresStore",
     "PreviewDelta",

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..._errors import LeaseLost
+from ..._errors import LeaseLost, StoreError
 from ._pg_sql import Statements, map_error
 
 if TYPE_CHECKING:
@@ -35,6 +35,8 @@ class Leases:
         seconds: float,
         renew_every: float,
         name: str,
+        node: str | None = None,
+        address: str | None = None,
     ) -> None:
         #: Opens the autocommit connection renewals and releases run on.
         self.connect = connect
@@ -47,6 +49,12 @@ class Leases:
         self.pid = os.getpid()
         #: This store's name in the leases table (and the key of its mark).
         self.token = uuid.uuid4().hex
+        #: The node id this store records in its leases (``serve --node-id``),
+        #: heartbeated with every renewal; ``None``: no node.
+        self.node = node
+        self.address = address
+        #: Heartbeats that failed since the last one that went through.
+        self.missed_beats = 0
         #: session id -> the epoch of the lease this store holds on it
         self.held: dict[str, int] = {}
         #: sessions whose lease was found taken over: refused until acquired
@@ -81,8 +89,59 @@ class Leases:
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.renew_every):
+            if self.node is not None:
+                try:
+                    self.beat()
+                except Exception:  # the next round tries again
+                    self.missed_beats += 1
             with contextlib.suppress(Exception):  # the next round tries again
                 self.renew()
+
+    def beat(self) -> None:
+        """The node's heartbeat (register it, the first time): its row in
+        the nodes table is live for ``seconds`` more, by the server's clock.
+
+        Raises:
+            StoreError: another live process holds this node id, or the
+                server failed.
+        """
+        import psycopg
+
+        assert self.node is not None
+        args = {
+            "node": self.node,
+            "token": self.token,
+            "host": self.host,
+            "pid": self.pid,
+            "address": self.address,
+            "ttl": self.seconds,
+            "every_ms": self.renew_every * 1000,
+            "sessions": len(self.held),
+        }
+        with self.lock:
+            try:
+                conn = self._connection()
+                if conn.execute(self.sql.cluster.beat, args).fetchone() is None:
+                    row = conn.execute(self.sql.cluster.node, (self.node,)).fetchone()
+                    where = "" if row is None else f" (pid {row[1]} on {row[0]})"
+                    raise StoreError(
+                        f"node id {self.node!r} is in use by another live process{where}"
+                    )
+            except psycopg.Error as exc:
+                raise map_error(exc, "cannot heartbeat the node") from exc
+        self.missed_beats = 0
+
+    def mark_stopping(self) -> None:
+        """Show the node as stopping (``GET /v1/nodes``); it stays live."""
+        import psycopg
+
+        if self.node is None:
+            return
+        with self.lock:
+            try:
+                self._connection().execute(self.sql.cluster.stopping, (self.node, self.token))
+            except psycopg.Error as exc:
+                raise map_error(exc, "cannot mark the node stopping") from exc
 
     def renew(self) -> list[str]:
         """Extend every held lease (one UPDATE); returns the sessions found
@@ -134,10 +193,14 @@ class Leases:
                 raise map_error(exc, "cannot release sessions") from exc
 
     def close(self) -> None:
-        """Stop renewing, release every lease and close the connection."""
+        """Stop renewing, release every lease, leave the nodes table and
+        close the connection."""
         self.stop_renewing()
         with contextlib.suppress(Exception):  # the leases run out by themselves
             self.release(list(self.held))
+        if self.node is not None:
+            with contextlib.suppress(Exception), self.lock:  # (the row expires anyway)
+                self._connection().execute(self.sql.cluster.leave, (self.node, self.token))
         with self.lock:
             self.held.clear()
             self.closed = True

@@ -52,7 +52,7 @@ from ..._errors import StoreError
 from ._io_thread import Call as _Call
 from ._io_thread import Request as _Request
 from ._io_thread import Thread as _Thread
-from ._pg_sql import _LEASE_STATE, map_error
+from ._pg_sql import map_error
 
 if TYPE_CHECKING:
     import psycopg
@@ -100,7 +100,6 @@ class _Statements:
         from psycopg import sql
 
         p = sql.Identifier(schema, f"{table}_previews")
-        lt = sql.Identifier(schema, f"{table}_leases")
         self.channel = f"{table}_previews"
         self.create = sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (session_id text NOT NULL, request_id text NOT NULL,"
@@ -130,7 +129,6 @@ class _Statements:
             " OR p.created_at < now() - make_interval(secs => %s) RETURNING 1)"
             " SELECT count(*) FROM d"
         ).format(p)
-        self.live = sql.SQL(_LEASE_STATE + " WHERE l.session_id = %s").format(lt)
         self.listen = sql.SQL("LISTEN {}").format(sql.Identifier(self.channel))
 
 
@@ -229,6 +227,8 @@ class Previews:
     ) -> None:
         self._connect = connect
         self._sql = statements
+        #: The store whose leases say who owns a session.
+        self.store: PostgresStore | None = None
         self.retain_after_end = retain_after_end
         self.orphan_after = orphan_after
         self.sweep_every = sweep_every
@@ -345,15 +345,14 @@ class Previews:
     # -- following -----------------------------------------------------------
 
     async def owner_live(self, session_id: str) -> bool:
-        """Whether a live process holds the session's lease (unexpired, its
-        connection open); ``False`` when nobody does.
+        """Whether a live owner holds the session's lease (see
+        :meth:`PostgresStore.owner`); ``False`` when nobody does.
 
         Cancellation: nothing was changed.
         """
-        reader = self._reader
-        stmt = self._sql.live
-        rows = await reader.call(_Call(lambda _: reader.run(stmt, (session_id,))))
-        return bool(rows and rows[0][5])
+        assert self.store is not None
+        lease = await self.store.owner(session_id)
+        return lease is not None and lease.live
 
     async def read(self, session_id: str, request_id: str, after: int) -> _Rows:
         """The turn's rows after ``after``, in order: ``(seq, kind, text)``.
@@ -562,6 +561,7 @@ async def open_previews(
         orphan_after=orphan_after,
         sweep_every=sweep_every,
     )
+    previews.store = store
     listener = threading.Thread(
         target=previews._listen_forever, name="turnledger-previews-listener", daemon=True
     )

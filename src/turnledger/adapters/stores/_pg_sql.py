@@ -26,8 +26,10 @@ __all__ = [
     "MAX_ROWS",
     "SCHEMA_VERSION",
     "SHIFT",
+    "ClusterStatements",
     "Statements",
     "application_name",
+    "channel",
     "check_schema",
     "connect",
     "create_schema",
@@ -114,19 +116,28 @@ _MY_BACKEND: Final = (
     "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())"
 )
 
+# A lease naming a node is live only while that node is: its row in the
+# nodes table heartbeated within its TTL (the server's clock). A node id the
+# table does not know is a dead node.
+_NODE_LIVE: Final = (
+    "(l.node IS NULL OR EXISTS (SELECT 1 FROM {nodes} AS n"
+    " WHERE n.node_id = l.node AND n.expires_at > now()))"
+)
+
 # Take the leases of sessions (an array) that no other store holds live:
 # new rows at epoch 1, expired or released ones bumped. Returns those taken.
 _TAKE: Final = (
-    "INSERT INTO {0} AS l (session_id, epoch, owner, host, pid, backend, backend_start,"
-    " expires_at) SELECT s, 1, %s, %s, %s, pg_backend_pid(), (SELECT backend_start"
+    "INSERT INTO {leases} AS l (session_id, epoch, owner, host, pid, backend, backend_start,"
+    " expires_at, node) SELECT s, 1, %s, %s, %s, pg_backend_pid(), (SELECT backend_start"
     " FROM pg_stat_activity WHERE pid = pg_backend_pid()),"
-    " now() + make_interval(secs => %s) FROM unnest(%s::text[]) AS s"
+    " now() + make_interval(secs => %s), %s FROM unnest(%s::text[]) AS s"
     " ON CONFLICT (session_id) DO UPDATE SET epoch = l.epoch + 1, owner = excluded.owner,"
     " host = excluded.host, pid = excluded.pid, backend = excluded.backend,"
-    " backend_start = excluded.backend_start, expires_at = excluded.expires_at"
+    " backend_start = excluded.backend_start, expires_at = excluded.expires_at,"
+    " node = excluded.node"
     " WHERE l.owner IS NULL OR l.expires_at <= now() OR NOT EXISTS ("
     "SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend"
-    " AND a.backend_start = l.backend_start)"
+    " AND a.backend_start = l.backend_start) OR NOT " + _NODE_LIVE + ""
     " RETURNING session_id, epoch"
 )
 
@@ -148,7 +159,8 @@ _LEASE_STATE: Final = (
     "SELECT l.session_id, l.host, l.pid, l.epoch, l.expires_at,"
     " l.owner IS NOT NULL AND l.expires_at > now() AND EXISTS ("
     "SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend"
-    " AND a.backend_start = l.backend_start), l.owner FROM {} AS l"
+    " AND a.backend_start = l.backend_start) AND " + _NODE_LIVE + ", l.owner, l.node"
+    " FROM {leases} AS l"
 )
 
 
@@ -165,12 +177,13 @@ def not_committed(exc: Exception, committing: bool, conn: psycopg.Connection[Any
 
 
 def owned_elsewhere(row: tuple[Any, ...]) -> SessionOwnedElsewhere:
-    sid, host, pid, epoch, expires_at, live, _ = row
+    sid, host, pid, epoch, expires_at, live, _, node = row
     if not live:
         return SessionOwnedElsewhere(sid, "its owner just let go; try again")
+    on = "" if node is None else f" node={node}"
     return SessionOwnedElsewhere(
         sid,
-        f"held by turnledger pid={pid} host={host} (lease epoch {epoch},"
+        f"held by turnledger{on} pid={pid} host={host} (lease epoch {epoch},"
         f" expires {expires_at.isoformat(timespec='seconds')})",
     )
 
@@ -188,6 +201,7 @@ class Statements:
 
         t = sql.Identifier(schema, table)
         lt = sql.Identifier(schema, f"{table}_leases")
+        nt = sql.Identifier(schema, f"{table}_nodes")
         # The leases of the owned sessions (key-share-locked until commit:
         # a takeover waits) and the versions of the sessions asked for.
         self.check = sql.SQL(
@@ -234,7 +248,7 @@ class Statements:
         )
         # A takeover waits this long for the lease rows (see acquire_group).
         self.lock_wait = sql.SQL("SET LOCAL lock_timeout = {}").format(lock_wait_ms)
-        self.take = sql.SQL(_TAKE).format(lt)
+        self.take = sql.SQL(_TAKE).format(leases=lt, nodes=nt)
         self.lock_leases = sql.SQL("SELECT 1 FROM {} WHERE session_id = ANY(%s) FOR UPDATE").format(
             lt
         )
@@ -247,7 +261,9 @@ class Statements:
             " pg_advisory_xact_lock_shared(hashtextextended(%s, 0))"
         )
         self.break_ = sql.SQL(_BREAK).format(lt)
-        self.holders = sql.SQL(_LEASE_STATE + " WHERE l.session_id = ANY(%s)").format(lt)
+        self.holders = sql.SQL(_LEASE_STATE + " WHERE l.session_id = ANY(%s)").format(
+            leases=lt, nodes=nt
+        )
         self.renew = sql.SQL(
             "UPDATE {} AS l SET expires_at = now() + make_interval(secs => %s),"
             + _MY_BACKEND
@@ -276,7 +292,8 @@ class Statements:
         ).format(et)
         self.owners = sql.SQL(
             _LEASE_STATE + " WHERE l.owner IS NOT NULL ORDER BY l.session_id"
-        ).format(lt)
+        ).format(leases=lt, nodes=nt)
+        self.cluster = ClusterStatements(schema, table, lt, nt)
 
 
 def _read_version(conn: psycopg.Connection[Any], meta: sql.Identifier) -> int:
@@ -307,7 +324,6 @@ def check_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> None
 def create_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> None:
     from psycopg import sql
 
-    t = sql.Identifier(schema, table)
     meta = sql.Identifier(schema, f"{table}_meta")
     with conn.transaction():
         # Two processes creating the same table at once would race in the
@@ -343,55 +359,206 @@ def create_schema(conn: psycopg.Connection[Any], schema: str, table: str) -> Non
                 """
             ).format(sql.Identifier(schema, f"{table}_erasures"))
         )
-        if version == SCHEMA_VERSION:
-            return
-        conn.execute(
-            sql.SQL(
-                """
-                CREATE TABLE IF NOT EXISTS {} (
-                    position       bigint           PRIMARY KEY,
-                    session_id     text             NOT NULL,
-                    seq            integer          NOT NULL CHECK (seq >= 1),
-                    tag            text             NOT NULL,
-                    schema_version integer          NOT NULL,
-                    payload        jsonb            NOT NULL,
-                    payload_text   text,
-                    recorded_at    double precision NOT NULL,
-                    UNIQUE (session_id, seq)
-                )
-                """
-            ).format(t)
+        if version != SCHEMA_VERSION:
+            _create_tables(conn, schema, table, version)
+        _create_cluster_tables(conn, schema, table)
+
+
+def _create_tables(conn: psycopg.Connection[Any], schema: str, table: str, version: int) -> None:
+    from psycopg import sql
+
+    t = sql.Identifier(schema, table)
+    meta = sql.Identifier(schema, f"{table}_meta")
+    conn.execute(
+        sql.SQL(
+            """
+            CREATE TABLE IF NOT EXISTS {} (
+                position       bigint           PRIMARY KEY,
+                session_id     text             NOT NULL,
+                seq            integer          NOT NULL CHECK (seq >= 1),
+                tag            text             NOT NULL,
+                schema_version integer          NOT NULL,
+                payload        jsonb            NOT NULL,
+                payload_text   text,
+                recorded_at    double precision NOT NULL,
+                UNIQUE (session_id, seq)
+            )
+            """
+        ).format(t)
+    )
+    if version == 1:
+        _migrate_from_1(conn, t)
+    conn.execute(
+        sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (position) WHERE seq = 1").format(
+            sql.Identifier(f"{table}_first"), t
         )
-        if version == 1:
-            _migrate_from_1(conn, t)
+    )
+    conn.execute(
+        sql.SQL(
+            """
+            CREATE TABLE IF NOT EXISTS {} (
+                session_id    text        PRIMARY KEY,
+                epoch         bigint      NOT NULL DEFAULT 0,
+                owner         text,
+                host          text,
+                pid           integer,
+                backend       integer,
+                backend_start timestamptz,
+                expires_at    timestamptz NOT NULL DEFAULT now()
+            )
+            """
+        ).format(sql.Identifier(schema, f"{table}_leases"))
+    )
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (key, value) VALUES ('schema_version', %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        ).format(meta),
+        (str(SCHEMA_VERSION),),
+    )
+
+
+def _create_cluster_tables(conn: psycopg.Connection[Any], schema: str, table: str) -> None:
+    """The tables of nodes (``serve --node-id``): made here, not by a version
+    step, on any table that lacks them (an older release ignores them and the
+    ``node`` column of the leases, which it leaves NULL: a lease it takes
+    names no node and is judged as before)."""
+    from psycopg import sql
+
+    leases = f"{table}_leases"
+    row = conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = %s"
+        " AND table_name = %s AND column_name = 'node'",
+        (schema, leases),
+    ).fetchone()
+    if row is None:
         conn.execute(
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (position) WHERE seq = 1").format(
-                sql.Identifier(f"{table}_first"), t
+            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS node text").format(
+                sql.Identifier(schema, leases)
             )
         )
-        conn.execute(
-            sql.SQL(
-                """
-                CREATE TABLE IF NOT EXISTS {} (
-                    session_id    text        PRIMARY KEY,
-                    epoch         bigint      NOT NULL DEFAULT 0,
-                    owner         text,
-                    host          text,
-                    pid           integer,
-                    backend       integer,
-                    backend_start timestamptz,
-                    expires_at    timestamptz NOT NULL DEFAULT now()
-                )
-                """
-            ).format(sql.Identifier(schema, f"{table}_leases"))
+    conn.execute(
+        sql.SQL(
+            """
+            CREATE TABLE IF NOT EXISTS {} (
+                node_id      text             PRIMARY KEY,
+                token        text             NOT NULL,
+                host         text             NOT NULL,
+                pid          integer          NOT NULL,
+                address      text,
+                started_at   timestamptz      NOT NULL DEFAULT now(),
+                heartbeat_at timestamptz      NOT NULL DEFAULT now(),
+                expires_at   timestamptz      NOT NULL,
+                renewals     bigint           NOT NULL DEFAULT 0,
+                lag_ms       double precision NOT NULL DEFAULT 0,
+                stopping     boolean          NOT NULL DEFAULT false,
+                sessions     integer          NOT NULL DEFAULT 0
+            )
+            """
+        ).format(sql.Identifier(schema, f"{table}_nodes"))
+    )
+    conn.execute(
+        sql.SQL(
+            """
+            CREATE TABLE IF NOT EXISTS {} (
+                id         bigserial   PRIMARY KEY,
+                target     text        NOT NULL,
+                sender     text        NOT NULL,
+                session_id text        NOT NULL,
+                kind       text        NOT NULL,
+                body       jsonb       NOT NULL,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                claimed_at timestamptz,
+                reply      jsonb
+            )
+            """
+        ).format(sql.Identifier(schema, f"{table}_inbox"))
+    )
+    conn.execute(
+        sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (target, id) WHERE claimed_at IS NULL").format(
+            sql.Identifier(f"{table}_inbox_open"), sql.Identifier(schema, f"{table}_inbox")
         )
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (key, value) VALUES ('schema_version', %s)"
-                " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-            ).format(meta),
-            (str(SCHEMA_VERSION),),
-        )
+    )
+
+
+def channel(schema: str, table: str, node_id: str) -> str:
+    """The ``LISTEN`` channel of a node: an identifier (at most 63 bytes)
+    whatever the node's id, one per table and node."""
+    return (
+        "tl_" + hashlib.blake2b(f"{schema}.{table}:{node_id}".encode(), digest_size=16).hexdigest()
+    )
+
+
+class ClusterStatements:
+    """The statements of nodes and their inbox (see ``_pg_cluster``)."""
+
+    def __init__(
+        self, schema: str, table: str, leases: sql.Identifier, nodes: sql.Identifier
+    ) -> None:
+        from psycopg import sql
+
+        inbox = sql.Identifier(schema, f"{table}_inbox")
+        # Register or heartbeat, one statement: a row of this store's (its
+        # token) is renewed, with how late this beat came (lag: the time
+        # since the last one beyond the interval); an expired row of another
+        # process is taken; a live one of another process is left (nothing
+        # returned: the id is in use).
+        self.beat = sql.SQL(
+            "INSERT INTO {} AS n (node_id, token, host, pid, address, expires_at)"
+            " VALUES (%(node)s, %(token)s, %(host)s, %(pid)s, %(address)s,"
+            " now() + make_interval(secs => %(ttl)s))"
+            " ON CONFLICT (node_id) DO UPDATE SET"
+            " lag_ms = CASE WHEN n.token = excluded.token THEN greatest(0,"
+            " extract(epoch FROM now() - n.heartbeat_at) * 1000 - %(every_ms)s) ELSE 0 END,"
+            " renewals = CASE WHEN n.token = excluded.token THEN n.renewals + 1 ELSE 0 END,"
+            " started_at = CASE WHEN n.token = excluded.token THEN n.started_at ELSE now() END,"
+            " token = excluded.token, host = excluded.host, pid = excluded.pid,"
+            " address = excluded.address, heartbeat_at = now(), expires_at = excluded.expires_at,"
+            " sessions = %(sessions)s, stopping = n.stopping AND n.token = excluded.token"
+            " WHERE n.token = excluded.token OR n.expires_at <= now()"
+            " RETURNING node_id"
+        ).format(nodes)
+        self.node = sql.SQL(
+            "SELECT host, pid, expires_at > now() FROM {} WHERE node_id = %s"
+        ).format(nodes)
+        self.stopping = sql.SQL(
+            "UPDATE {} SET stopping = true WHERE node_id = %s AND token = %s"
+        ).format(nodes)
+        self.leave = sql.SQL("DELETE FROM {} WHERE node_id = %s AND token = %s").format(nodes)
+        self.nodes = sql.SQL(
+            "SELECT n.node_id, n.host, n.pid, n.address, n.started_at, n.heartbeat_at,"
+            " n.expires_at, n.renewals, n.lag_ms, n.stopping, n.expires_at > now(),"
+            " extract(epoch FROM now() - n.heartbeat_at) * 1000, count(l.session_id),"
+            " coalesce((array_agg(l.session_id ORDER BY l.session_id)"
+            " FILTER (WHERE l.session_id IS NOT NULL))[1:%s], '{{}}')"
+            " FROM {} AS n LEFT JOIN {} AS l ON l.node = n.node_id AND l.owner IS NOT NULL"
+            " AND l.expires_at > now() WHERE %s OR n.expires_at > now()"
+            " GROUP BY n.node_id ORDER BY n.node_id"
+        ).format(nodes, leases)
+        self.post = sql.SQL(
+            "WITH i AS (INSERT INTO {} (target, sender, session_id, kind, body)"
+            " VALUES (%s, %s, %s, %s, %s::jsonb) RETURNING id)"
+            " SELECT id, pg_notify(%s, 'call') FROM i"
+        ).format(inbox)
+        self.claim = sql.SQL(
+            "UPDATE {0} SET claimed_at = now() WHERE id IN (SELECT id FROM {0}"
+            " WHERE target = %s AND claimed_at IS NULL ORDER BY id LIMIT 256"
+            " FOR UPDATE SKIP LOCKED) RETURNING id, sender, session_id, kind, body::text"
+        ).format(inbox)
+        self.reply = sql.SQL(
+            "WITH u AS (UPDATE {} SET reply = %s::jsonb WHERE id = %s RETURNING id)"
+            " SELECT pg_notify(%s, 'reply:' || id) FROM u"
+        ).format(inbox)
+        self.take_reply = sql.SQL(
+            "DELETE FROM {} WHERE id = %s AND reply IS NOT NULL RETURNING reply::text"
+        ).format(inbox)
+        self.withdraw = sql.SQL(
+            "DELETE FROM {} WHERE id = %s AND claimed_at IS NULL RETURNING id"
+        ).format(inbox)
+        # Calls whose sender stopped waiting long ago (it died, say).
+        self.sweep = sql.SQL(
+            "DELETE FROM {} WHERE created_at < now() - make_interval(secs => %s)"
+        ).format(inbox)
 
 
 def _migrate_from_1(conn: psycopg.Connection[Any], t: sql.Identifier) -> None:

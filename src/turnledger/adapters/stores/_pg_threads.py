@@ -203,7 +203,7 @@ class Writer(_Thread[Any]):
                     # FOR UPDATE waits for appends that key-share-locked the
                     # rows (renewals, plain updates, do not).
                     conn.execute(sql.lock_leases, (ids,))
-                    args = (leases.token, leases.host, leases.pid, leases.seconds, ids)
+                    args = (leases.token, leases.host, leases.pid, leases.seconds, leases.node, ids)
                     taken = dict(conn.execute(sql.take, args).fetchall())
                     refused = [sid for sid in ids if sid not in taken]
                     if refused:

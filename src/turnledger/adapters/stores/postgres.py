@@ -87,10 +87,18 @@ owner (or ``pg_signal_backend``); without it the takeover waits as before
 (``SessionOwnedElsewhere``, "try again") until the owner's transaction ends.
 Expiries use the server's clock, so hosts' clocks need not agree.
 
+Nodes. A store opened with ``node_id`` (``serve --node-id``) is a node of a
+cluster: its row in ``<table>_nodes`` is heartbeated by the renewal thread
+and live while its ``expires_at`` (the server's clock) lies ahead; every
+lease it takes names it, and a lease naming a node that is not live, or
+that the table does not know, is a dead owner's whatever its own expiry.
+Nodes hand calls to each other through ``<table>_inbox`` (see
+``_pg_cluster`` and docs/cluster.md).
+
 Where the code is. This module is the store and its public methods;
 ``_pg_sql`` holds the tables, every statement and what the server's errors
 mean; ``_pg_threads`` the writer and reader threads; ``_pg_leases`` what the
-store owns and the renewal thread.
+store owns and the renewal thread; ``_pg_cluster`` the nodes and their inbox.
 
 Schema. ``<table>_meta`` holds the schema version (:data:`SCHEMA_VERSION`).
 Version 1 (an identity column and a table-wide advisory lock per append) is
@@ -116,6 +124,7 @@ from ._common import check_batch, rows_to_events
 from ._io_thread import Append as _Append
 from ._io_thread import Call as _Call
 from ._payloads import check_envelope, decode_rows
+from ._pg_cluster import Inbox, NodeInfo
 from ._pg_leases import Leases
 from ._pg_sql import (
     MAX_ROWS,
@@ -134,7 +143,7 @@ if TYPE_CHECKING:
     from psycopg import sql
     from psycopg_pool import ConnectionPool
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore", "SessionLease"]
+__all__ = ["SCHEMA_VERSION", "NodeInfo", "PostgresStore", "SessionLease", "check_node_id"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -152,8 +161,24 @@ class SessionLease:
     epoch: int
     #: When the lease runs out unless renewed (the server's clock, UTC).
     expires_at: datetime.datetime
-    #: False once ``expires_at`` has passed: another store may take it over.
+    #: False once ``expires_at`` has passed, or its node is not live:
+    #: another store may take it over.
     live: bool
+    #: The node the owner runs as (``serve --node-id``); ``None``: none.
+    node: str | None = None
+
+
+def _lease(r: tuple[Any, ...]) -> SessionLease:
+    return SessionLease(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[7])
+
+
+def check_node_id(node_id: str) -> str:
+    """``node_id`` if a node may be called so, else ValueError saying why."""
+    if not node_id.strip() or node_id != node_id.strip():
+        raise ValueError("a node id is not blank and has no surrounding spaces")
+    if len(node_id) > 200 or not node_id.isprintable():
+        raise ValueError("a node id has at most 200 printable characters")
+    return node_id
 
 
 class PostgresStore(BaseEventStore):
@@ -174,6 +199,8 @@ class PostgresStore(BaseEventStore):
         renew_every: float | None = None,
         max_group: int = 256,
         read_only: bool = False,
+        node_id: str | None = None,
+        advertise: str | None = None,
     ) -> None:
         # Private: use ``await PostgresStore.open(dsn)``.
         self._pool = pool
@@ -184,7 +211,25 @@ class PostgresStore(BaseEventStore):
         self._connect = functools.partial(connect, dsn, timeout)
         self._sql = Statements(schema, table, lock_wait_ms=max(100, round(renew_every * 500)))
         self._leases = Leases(
-            functools.partial(self._connect, autocommit=True), self._sql, lease, renew_every, table
+            functools.partial(self._connect, autocommit=True),
+            self._sql,
+            lease,
+            renew_every,
+            table,
+            node=node_id,
+            address=advertise,
+        )
+        self._inbox = (
+            None
+            if node_id is None
+            else Inbox(
+                pool,
+                functools.partial(self._connect, autocommit=True),
+                self._sql.cluster,
+                schema,
+                table,
+                node_id,
+            )
         )
         where = f"{schema}.{table}"
         self._writer = (
@@ -206,6 +251,8 @@ class PostgresStore(BaseEventStore):
         lease: float = 10.0,
         renew_every: float | None = None,
         max_group: int = 256,
+        node_id: str | None = None,
+        advertise: str | None = None,
     ) -> PostgresStore:
         """Connect, and create (or migrate) the tables if needed.
 
@@ -230,21 +277,45 @@ class PostgresStore(BaseEventStore):
                 UPDATE); default ``lease / 3``, so two renewals in a row may
                 fail before a lease runs out.
             max_group: the most appends written in one transaction.
+            node_id: run as this node of a cluster (``serve --node-id``, see
+                docs/cluster.md): the node is registered in ``<table>_nodes``
+                and heartbeated with every renewal, live for ``lease``
+                seconds after each (the server's clock); every lease taken
+                names it, and is judged dead once the node is.
+            advertise: the address shown for the node (``GET /v1/nodes``).
 
         Raises:
             StoreUnavailable: the server cannot be reached, psycopg is not
                 installed, or the table was created by a newer release.
+            StoreError: ``node_id`` is held by another live process.
             ValueError: ``lease``, ``renew_every`` or ``max_group`` is out of
-                range (``0 < renew_every < lease``, ``max_group >= 1``).
+                range (``0 < renew_every < lease``, ``max_group >= 1``), or
+                ``node_id`` is blank, longer than 200 characters or has
+                control characters; or ``node_id`` with ``read_only``.
         """
         renew = renew_every if renew_every is not None else lease / 3
         if not (lease > 0 and 0 < renew < lease):
             raise ValueError("need 0 < renew_every < lease (seconds)")
         if max_group < 1:
             raise ValueError("max_group must be at least 1")
+        if node_id is not None:
+            check_node_id(node_id)
+            if read_only:
+                raise ValueError("a read-only store cannot be a node")
         store: PostgresStore = await trio.to_thread.run_sync(
             lambda: cls._open_sync(
-                dsn, schema, table, min_size, max_size, timeout, read_only, lease, renew, max_group
+                dsn,
+                schema,
+                table,
+                min_size,
+                max_size,
+                timeout,
+                read_only,
+                lease,
+                renew,
+                max_group,
+                node_id,
+                advertise,
             )
         )
         return store
@@ -262,6 +333,8 @@ class PostgresStore(BaseEventStore):
         lease: float = 10.0,
         renew_every: float | None = None,
         max_group: int = 256,
+        node_id: str | None = None,
+        advertise: str | None = None,
     ) -> PostgresStore:
         try:
             import psycopg
@@ -305,7 +378,7 @@ class PostgresStore(BaseEventStore):
         except BaseException:
             pool.close()
             raise
-        return cls(
+        store = cls(
             pool,
             dsn,
             schema,
@@ -315,7 +388,17 @@ class PostgresStore(BaseEventStore):
             renew_every=renew_every,
             max_group=max_group,
             read_only=read_only,
+            node_id=node_id,
+            advertise=advertise,
         )
+        if node_id is not None:
+            try:
+                store._leases.beat()  # registered, or the id is in use
+            except BaseException:
+                store._close_sync()
+                raise
+            store._leases.start_renewing()
+        return store
 
     @property
     def schema(self) -> str:
@@ -326,6 +409,16 @@ class PostgresStore(BaseEventStore):
     def table(self) -> str:
         """The events table."""
         return self._table
+
+    @property
+    def node_id(self) -> str | None:
+        """The node this store runs as (``None``: not a node)."""
+        return self._leases.node
+
+    @property
+    def inbox(self) -> Inbox | None:
+        """The node's inbox (``None``: not a node); its methods block."""
+        return self._inbox
 
     @property
     def lease(self) -> float:
@@ -608,9 +701,86 @@ class PostgresStore(BaseEventStore):
                 return []  # a version-1 table opened read-only: no leases
             except psycopg.Error as exc:
                 raise map_error(exc, "read failed") from exc
-            return [SessionLease(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
+            return [_lease(r) for r in rows]
 
         return await self._run(run)
+
+    async def owner(self, session_id: str) -> SessionLease | None:
+        """Who owns ``session_id`` (live or not); ``None``: no lease row.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
+        query = self._sql.holders
+
+        def run() -> SessionLease | None:
+            rows = self._select(query, ([session_id],))
+            return _lease(rows[0]) if rows else None
+
+        return await self._run(run)
+
+    async def nodes(self, *, dead: bool = False, sessions: int = 1000) -> list[NodeInfo]:
+        """The live nodes (with ``dead``, also those whose heartbeat ran out
+        and that did not leave), each with its sessions (the first
+        ``sessions`` of them), heartbeats and lag, in node id order.
+
+        Cancellation: only reads; a cancelled call changed nothing.
+        """
+        query = self._sql.cluster.nodes
+
+        def run() -> list[NodeInfo]:
+            import psycopg
+
+            try:
+                with self._pool.connection() as conn:
+                    rows = conn.execute(query, (sessions, dead)).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []  # opened read-only on a table no node ever used
+            except psycopg.Error as exc:
+                raise map_error(exc, "read failed") from exc
+            return [
+                NodeInfo(
+                    node_id=r[0],
+                    host=r[1],
+                    pid=r[2],
+                    address=r[3],
+                    started_at=r[4],
+                    heartbeat_at=r[5],
+                    expires_at=r[6],
+                    renewals=r[7],
+                    lag_ms=float(r[8]),
+                    stopping=bool(r[9]),
+                    live=bool(r[10]),
+                    age_ms=float(r[11]),
+                    session_count=int(r[12]),
+                    sessions=tuple(r[13]),
+                )
+                for r in rows
+            ]
+
+        return await self._run(run)
+
+    def lost_sessions(self) -> list[str]:
+        """Sessions this store held whose lease another store took over
+        (their appends are refused until acquired again)."""
+        with self._leases.lock:
+            return list(self._leases.lost)
+
+    def holds(self, session_id: str) -> bool:
+        """Whether this store holds the session's lease, as far as it knows
+        (its renewals and appends find a takeover; see :meth:`lost_sessions`)."""
+        return session_id in self._leases.held
+
+    def held_sessions(self) -> list[str]:
+        """Sessions whose lease this store holds."""
+        with self._leases.lock:
+            return list(self._leases.held)
+
+    async def mark_stopping(self) -> None:
+        """Show this node as stopping in :meth:`nodes` (it stays live).
+
+        Cancellation: the mark is written or not; nothing else changes.
+        """
+        await self._run(self._leases.mark_stopping)
 
     async def aclose(self) -> None:
         """Release every owned session and close all connections. Idempotent."""
@@ -630,6 +800,8 @@ class PostgresStore(BaseEventStore):
             await trio.to_thread.run_sync(self._close_sync)
 
     def _close_sync(self) -> None:
+        if self._inbox is not None:
+            self._inbox.close()
         self._leases.close()
         self._pool.close()
 

@@ -95,7 +95,167 @@
     return el;
   }
 
+  // The live page's own state, kept across the redraws the follow stream
+  // causes: the question being edited, the last command's status, and
+  // whether a command is running (its buttons are then disabled).
+  const ui = { editing: null, status: "", statusKind: "", busy: false, refocus: false };
+
+  function setStatus(text, kind) {
+    ui.status = text;
+    ui.statusKind = kind;
+    const el = document.getElementById("branch-status");
+    if (el) {
+      el.className = `status-line ${kind}`;
+      el.textContent = visible(text);
+    }
+  }
+
+  const button = (attrs, label, onClick) => {
+    const el = $("button", { type: "button", ...attrs }, label);
+    if (ui.busy) el.disabled = true;
+    el.addEventListener("click", onClick);
+    return el;
+  };
+
+  // The outcome an edit's or a regenerate's stream ended with (the data of
+  // its last "outcome" event), or null.
+  function lastOutcome(text) {
+    let found = null;
+    for (const block of text.split(/\r?\n\r?\n/)) {
+      const fields = block.split(/\r?\n/);
+      if (!fields.includes("event: outcome")) continue;
+      const data = fields.filter((f) => f.startsWith("data:")).map((f) => f.slice(5).trim()).join("\n");
+      try { found = JSON.parse(data); } catch { found = null; }
+    }
+    return found;
+  }
+
+  // One of serve's branch commands (POST .../edit, .../regenerate,
+  // .../switch); the follow stream redraws the page with what it wrote.
+  async function command(sessionId, path, body, what) {
+    if (ui.busy) return;
+    ui.busy = true;
+    for (const b of document.querySelectorAll("#history button")) b.disabled = true;
+    setStatus(`${what}…`, "busy");
+    try {
+      const res = await fetch(`v1/sessions/${idSegment(sessionId)}/${path}`, {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+      if (!res.ok) {
+        let why = `HTTP ${res.status}`;
+        try {
+          const err = (await res.json()).error;
+          why = `${err.message} (${res.status} ${err.code})`;
+        } catch { /* no JSON body: the status says it */ }
+        setStatus(`${what} refused: ${why}`, "error");
+        return;
+      }
+      const text = await res.text();
+      if (path === "switch") {
+        setStatus(`${what}: branch ${JSON.parse(text).active_branch} is active`, "ok");
+        return;
+      }
+      // An edit's or a regenerate's answer streams to its end.
+      const outcome = lastOutcome(text);
+      if (outcome === null) setStatus(`${what}: the stream ended without an outcome`, "error");
+      else if (outcome.kind === "committed") setStatus(`${what}: committed (${outcome.request_id})`, "ok");
+      else setStatus(`${what}: ${outcome.kind} (${outcome.reason})`, "error");
+    } catch {
+      setStatus(`${what} failed: the service did not answer`, "error");
+    } finally {
+      ui.busy = false;
+      for (const b of document.querySelectorAll("#history button")) b.disabled = false;
+    }
+  }
+
+  // A history turn's edit control: a button, or (while editing) the text
+  // to ask instead and the buttons that ask it or give up.
+  function editControl(model, turn, index) {
+    const editing = ui.editing;
+    if (!editing || editing.sessionId !== model.session_id || editing.index !== index) {
+      return button({ class: "edit-turn", "data-turn-index": String(index) }, "✎ edit", () => {
+        ui.editing = { sessionId: model.session_id, index, text: turn.question, opening: true };
+        renderSession(model, true);
+      });
+    }
+    const box = $("textarea", { class: "edit-text", rows: "2", "aria-label": `question ${index + 1}, edited` });
+    box.value = editing.text;
+    // A redraw (the follow stream) replaces the box: keep the text, the
+    // focus and the caret it had.
+    const keep = () => {
+      editing.text = box.value;
+      editing.caret = box.selectionStart;
+    };
+    box.addEventListener("input", keep);
+    box.addEventListener("keyup", keep);
+    if (ui.refocus) {
+      requestAnimationFrame(() => {
+        if (!box.isConnected) return;
+        box.focus();
+        const at = editing.caret ?? box.value.length;
+        box.setSelectionRange(at, at);
+      });
+    }
+    const ask = button({ class: "edit-ask" }, "ask instead (a new branch)", () => {
+      ui.editing = null;
+      command(model.session_id, "edit", { turn_index: index, question: editing.text }, `edit of question ${index + 1}`);
+      renderSession(model, true);
+    });
+    const cancel = button({ class: "edit-cancel" }, "cancel", () => {
+      ui.editing = null;
+      renderSession(model, true);
+    });
+    return $("div", { class: "editor" }, box, ask, cancel);
+  }
+
+  // The session's tree: each branch with the turns it added itself, and the
+  // branches that start from it listed just before the turn they ask
+  // differently or again (the layout of turnledger.timeline.branch_tree).
+  function branchTree(model, live) {
+    const branches = model.branches || [];
+    const question = {};
+    for (const r of model.turns) question[r.request_id] = r.question;
+    const kids = {};
+    for (const b of branches) if (b.parent !== null) (kids[b.parent] = kids[b.parent] || []).push(b);
+    const forks = (list) => {
+      const ul = $("ul", { class: "forks" });
+      for (const c of list) ul.append(draw(c));
+      return ul;
+    };
+    function draw(b) {
+      const from = b.parent === null ? "the root" : `${b.parent} after ${b.at_turn} turns (${b.kind})`;
+      // (a request id cut as turnledger log cuts it; the whole one in the title)
+      const head = $("div", { class: "bhead", title: b.head ? `head ${b.head}` : b.branch_id },
+        `${b.active ? "● " : ""}${b.branch_id}: from ${from} · ${b.length} turns${b.head ? " · head " + clip(b.head, 12) : ""}`);
+      if (live && !b.active) {
+        head.append(" ", button({ class: "switch-to", "data-branch": b.branch_id }, "⇄ switch here",
+          () => command(model.session_id, "switch", { branch: b.branch_id }, `switch to ${b.branch_id}`)));
+      }
+      const li = $("li", { class: b.active ? "branch active" : "branch", "data-branch-id": b.branch_id }, head);
+      // (a stable sort: branches that start at the same turn stay in log order)
+      const waiting = (kids[b.branch_id] || []).slice().sort((p, q) => p.at_turn - q.at_turn);
+      let n = b.at_turn;
+      for (const rid of b.turns || []) {
+        n += 1;
+        const here = [];
+        while (waiting.length && waiting[0].at_turn < n) here.push(waiting.shift());
+        if (here.length) li.append(forks(here));
+        li.append($("div", { class: "bturn", "data-request-id": rid, "data-turn": String(n) },
+          $("span", { class: "n" }, `${n}.`), " ", clip(question[rid] || "", 60)));
+      }
+      if (waiting.length) li.append(forks(waiting));
+      return li;
+    }
+    const tree = $("ul", { id: "branches", class: "tree" });
+    for (const b of branches) if (b.parent === null) tree.append(draw(b));
+    return tree;
+  }
+
   function renderSession(model, live) {
+    // The edit box gets the focus when it opens, and keeps it across redraws.
+    const focused = document.activeElement;
+    ui.refocus = ui.editing !== null &&
+      (ui.editing.opening || (focused !== null && focused.classList.contains("edit-text")));
+    if (ui.editing) ui.editing.opening = false;
     const main = document.getElementById("session");
     main.replaceChildren();
     const t0 = model.t0 || 0;
@@ -128,6 +288,7 @@
     }
     tl.append(axis);
     const rowsById = {};
+    const branched = (model.branches || []).length > 1;
     for (const row of model.turns) {
       const track = $("div", { class: "track" });
       const end = row.ended_at ?? model.t1 ?? row.submitted_at;
@@ -164,7 +325,8 @@
       if (row.busy_with) body.append($("div", { class: "rel" }, `⊘ busy with ${row.busy_with}`));
       const sb = row.starts_branch;
       if (sb) {
-        const how = sb.kind === "edit" ? `turn ${sb.at_turn} asked differently` : `turn ${sb.at_turn} asked again`;
+        // (questions numbered from 1, as the history and the tree number them)
+        const how = `question ${sb.at_turn + 1} ${sb.kind === "edit" ? "asked differently" : "asked again"}`;
         body.append($("div", { class: "rel branch-start", "data-branch": sb.branch }, `⑂ starts branch ${sb.branch} from ${sb.parent} (${sb.kind}): keeps ${sb.at_turn} turns, ${how}`));
       }
       if (row.superseded_by) body.append($("div", { class: "rel" }, `↷ superseded by ${row.superseded_by}`));
@@ -172,26 +334,30 @@
       if (supersedes.length) body.append($("div", { class: "rel" }, `↶ supersedes ${supersedes.join(", ")}`));
       const el = $("div", { class: `row end-${row.end}`, "data-request-id": row.request_id, "data-end": row.end, "data-reason": row.reason, "data-branch": row.branch || "main",
         "data-retries": String(row.retries.length), "data-tool-rounds": String(row.tool_rounds.length) },
-        $("div", { class: "who" }, $("div", { class: "rid" }, clip(row.request_id, 40)), $("div", { class: "question", title: row.question }, clip(row.question, 90) || "(no question recorded)")),
+        $("div", { class: "who" }, $("div", { class: "rid" }, clip(row.request_id, 40)), $("div", { class: "question", title: row.question }, clip(row.question, 90) || "(no question recorded)"),
+          branched ? $("div", { class: "on-branch" }, `on ${row.branch || "main"}`) : null),
         body);
       rowsById[row.request_id] = el;
       tl.append(el);
     }
     if (!model.turns.length) tl.append($("p", { class: "empty" }, "No questions yet."));
     const hist = $("aside", { class: "history", id: "history" }, $("h3", {}, `History (${model.history.length} committed turns${(model.branches || []).length > 1 ? ", branch " + model.active_branch : ""})`));
+    if (live) hist.append($("div", { id: "branch-status", class: `status-line ${ui.statusKind}` }, ui.status));
     const ol = $("ol", {});
-    for (const t of model.history) {
-      ol.append($("li", {}, $("div", { class: "q" }, lines(t.question)), $("div", { class: "a" }, lines(t.answer)), $("div", { class: "rid" }, t.request_id)));
-    }
+    model.history.forEach((t, i) => {
+      const li = $("li", { "data-turn-index": String(i), "data-request-id": t.request_id },
+        $("div", { class: "q" }, lines(t.question)), $("div", { class: "a" }, lines(t.answer)), $("div", { class: "rid" }, t.request_id));
+      if (live) li.append(editControl(model, t, i));
+      ol.append(li);
+    });
     hist.append(model.history.length ? ol : $("p", { class: "empty" }, "Nothing committed yet."));
+    if (live && model.history.length) {
+      hist.append(button({ id: "regenerate" }, "↻ ask the last question again (a new branch)",
+        () => command(model.session_id, "regenerate", {}, "regenerate")));
+    }
     const branches = model.branches || [];
     if (branches.length > 1) {
-      const tree = $("ul", { id: "branches" });
-      for (const b of branches) {
-        const from = b.parent === null ? "the root" : `${b.parent} after ${b.at_turn} turns (${b.kind})`;
-        tree.append($("li", { class: b.active ? "branch active" : "branch", "data-branch-id": b.branch_id },
-          `${b.active ? "● " : ""}${b.branch_id}: from ${from} · ${b.length} turns${b.head ? " · head " + b.head : ""}`));
-      }
+      const tree = branchTree(model, live);
       for (const w of model.switches || []) {
         tree.append($("li", { class: "switch", "data-switch-to": w.branch }, `⇄ switched to ${w.branch} at +${secs(w.at - t0)}`));
       }
