@@ -121,18 +121,41 @@ async def publish_cost(
         before = previews.batches
         rows_before = previews.rows_published
         reads_before = previews.reads
+        table = f"{store.table}_previews"
         async with trio.open_nursery() as nursery:
             for i in range(streams):
                 nursery.start_soon(follow, i)
             await trio.sleep(0.2)  # every follower registered
             for i in range(streams):
                 nursery.start_soon(publish, i)
+        await previews.flushed()
+        global TABLE_BYTES_PER_ROW
+        TABLE_BYTES_PER_ROW = await trio.to_thread.run_sync(_bytes_per_row, dsn, table)
         return (
             Latencies(lat),
             previews.batches - before,
             previews.rows_published - rows_before,
             previews.reads - reads_before,
         )
+
+
+#: What the previews table (with its index) took per row in the last
+#: ``publish_cost`` run.
+TABLE_BYTES_PER_ROW = 0.0
+
+
+def _bytes_per_row(dsn: str, table: str) -> float:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT pg_total_relation_size(%s::regclass), (SELECT count(*) FROM "
+            + psycopg.sql.Identifier(table).as_string(conn)
+            + ")",
+            (table,),
+        ).fetchone()
+    assert row is not None
+    return float(row[0]) / max(1, int(row[1]))
 
 
 # --- 2. cross-node latency over HTTP ----------------------------------------------
@@ -309,6 +332,8 @@ def main() -> None:
                   f"  follower reads/row {reads:5.2f}"
                   f"  publish->follower p50 {_ms(p50)}  p99 {_ms(p99)}")  # fmt: skip
         print(f"  p99 per-delta / batched: {p99s['per-delta'] / p99s['batched']:.1f}x")
+        print(f"  previews table: {TABLE_BYTES_PER_ROW:.0f} bytes a row, index included"
+              f" ({d} deltas + 1 end row a turn)")  # fmt: skip
     if args.only in (None, "cross-node"):
         question = f"{d} {g}"
         rounds: list[tuple[Latencies, Latencies, int]] = []
