@@ -73,8 +73,8 @@ PUBLIC: dict[str, str] = {
     ),
     "turnledger.adapters.stores": (
         "JournalStore MemorySnapshots MemoryStore NodeInfo PostgresSnapshots PostgresStore "
-        "SQLiteSnapshots "
-        "SQLiteStats SQLiteStore SessionLease open_store snapshots_beside store_kind"
+        "PreviewDelta Previews SQLiteSnapshots SQLiteStats SQLiteStore SessionLease "
+        "open_previews open_store snapshots_beside store_kind"
     ),
     "turnledger.testing": (
         "Abort Begin Chunk EventStoreContract Exchange Fail FaultyProvider FaultyStore "

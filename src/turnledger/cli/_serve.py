@@ -82,6 +82,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         node_id=args.node_id,
         advertise=args.advertise,
         lease=args.lease,
+        preview_retention=args.preview_retention,
         app=ServeSettings(
             token=_token(args),
             allowed_origins=frozenset(args.allow_origin),  # (run_serve checks them)

@@ -21,8 +21,10 @@ with a stable code, never a traceback):
 A node of a cluster (``serve --node-id``, :mod:`._cluster`) hands each
 question, cancel, edit, regenerate, switch and erasure for a session another
 live node owns to that node (``_Service._forward``), answers the calls of
-other nodes (``_Service.answer_call``), and follows a turn run elsewhere to
-its outcome through the log (``_Service._follow_elsewhere``).
+other nodes (``_Service.answer_call``), and streams a turn run elsewhere:
+its deltas through the previews in PostgreSQL, then its outcome from the
+log (``_Service._followed``; ``_follow_elsewhere``, the outcome alone, when
+an application was given a node but no previews).
 
 Who may ask (``_guard``): with a token, whoever sends it; without one, only
 this machine's pages and programs (a loopback ``Host``, and an ``Origin``
@@ -61,7 +63,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, quote_from_bytes, urlsplit
 
 import attrs
@@ -112,6 +114,9 @@ from ..wire import loads_object
 from ._cluster import Node, NotTaken
 from ._ids import unquote_id
 from ._timeline import LIVE_PAGE_POLICY, phase_name, render_page, session_summary, timeline_model
+
+if TYPE_CHECKING:
+    from ..adapters.stores import Previews
 
 __all__ = ["NewSessionBudget", "ServeSettings", "create_app"]
 
@@ -195,6 +200,13 @@ class ServeSettings:
     max_starting: int = 32
     #: The longest a turn holds its starting slot (see ``max_starting``).
     start_hold: float = 0.5
+    #: With previews through PostgreSQL (``--node-id``): the longest a
+    #: stream of a turn running on another process waits between looks at
+    #: the log for the turn's outcome (a notification is what wakes it
+    #: sooner), and the longest it follows a turn at all before it ends with
+    #: the error ``follow_timeout``.
+    follow_poll: float = 1.0
+    follow_deadline: float = 600.0
 
 
 class ApiError(Exception):
@@ -336,12 +348,15 @@ class _Relay:
         ``shutting_down``.
         """
         n = 0
+        previews = service.previews
         try:
             async for delta in self.handle.preview():
                 if not n:
                     self._started()
                 n += 1
                 self.frames.append(_sse("delta", {"text": delta}, id=n))
+                if previews is not None:
+                    previews.publish(key[0], key[1], n, delta)
                 self.lot.unpark_all()
             try:
                 result = await self.handle.outcome()
@@ -355,6 +370,10 @@ class _Relay:
             else:
                 self.outcome = _frame("outcome", service._keep(key, result_json(result)))
         finally:
+            if previews is not None:
+                # After the outcome is in the log (or known not to be):
+                # followers elsewhere read it from there.
+                previews.end(key[0], key[1], n + 1)
             if self.outcome is None:
                 self.outcome = _sse("error", _STOPPING)
             if service.live.get(key) is self:
@@ -398,7 +417,11 @@ class _Service:
         settings: ServeSettings,
         stopping: trio.Event,
         nursery: trio.Nursery,
+        previews: Previews | None = None,
     ) -> None:
+        #: Previews through PostgreSQL (``--node-id``): turns this process
+        #: runs are published, turns others run are followed.
+        self.previews = previews
         self.stopping = stopping
         self.nursery = nursery
         self.hub = hub
@@ -680,7 +703,12 @@ class _Service:
                     return _json(reply["body"], reply["status"])
                 assert rid is not None  # (a node draws an id for every question)
                 head = _sse("turn", {"session_id": session_id, "request_id": rid})
-                follow = self._follow_elsewhere(session_id, rid, head, reply.get("repeated", False))
+                repeated = bool(reply.get("repeated", False))
+                if self.previews is not None:
+                    # Its deltas from the first, through the previews.
+                    follow = self._followed((session_id, rid), 0, head, repeated)
+                else:
+                    follow = self._follow_elsewhere(session_id, rid, head, repeated)
                 return StreamingResponse(
                     follow, media_type="text/event-stream", headers=_SSE_HEADERS
                 )
@@ -733,7 +761,25 @@ class _Service:
                     if question is None:
                         # (no turn: the hub says so, unknown_turn)
                         question = state.turns[-1].question if len(state.turns) else "?"
-                    if rid is None or ending_of(state, RequestId(rid)) is None:
+                    ending = None if rid is None else ending_of(state, RequestId(rid))
+                    if (
+                        self.previews is not None
+                        and rid is not None
+                        and ending is not None
+                        and ending.kind == "in_flight"
+                        and (session_id, rid) not in self.live
+                        and (session_id, rid) not in self.done
+                    ):
+                        # A retry of a turn another process runs: joined
+                        # through PostgreSQL, never asked again.
+                        key = (session_id, rid)
+                        head = _sse("turn", {"session_id": session_id, "request_id": rid})
+                        return StreamingResponse(
+                            self._followed(key, 0, head),
+                            media_type="text/event-stream",
+                            headers=_SSE_HEADERS,
+                        )
+                    if ending is None:
                         first = None
                         if state.config is None and self.settings.new_session_budget:
                             first = await self.hub.new_session_start()
@@ -757,16 +803,27 @@ class _Service:
             relay = self.live.get(key)
             if relay is None:
                 # The first handle of the turn (a repeat joins the same relay).
-                release = partial(self.starting.release_on_behalf_of, slot)
-                relay = self.live[key] = _Relay(handle, release)
+                relay = self.relay(handle, partial(self.starting.release_on_behalf_of, slot))
                 held = False
-                self.nursery.start_soon(relay.run, self, key)
                 if self.settings.max_starting:
                     self.nursery.start_soon(relay.hold_at_most, self.settings.start_hold)
         finally:
             if held:
                 self.starting.release_on_behalf_of(slot)
         return key, relay
+
+    def relay(self, handle: TurnHandle, started: Callable[[], None] = lambda: None) -> _Relay:
+        """The relay of a turn this process runs (started now if it has none):
+        its streams here read it, and with previews it publishes the turn's
+        deltas for the other nodes. A turn started here on another node's
+        behalf (a hand-over) gets one too, so that it is followed from there.
+        ``started`` is called at the turn's first delta or its end."""
+        key = (handle.session_id, handle.request_id)
+        relay = self.live.get(key)
+        if relay is None:
+            relay = self.live[key] = _Relay(handle, started)
+            self.nursery.start_soon(relay.run, self, key)
+        return relay
 
     async def reattach(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
@@ -781,22 +838,121 @@ class _Service:
             return StreamingResponse(
                 relay.stream(after, b""), media_type="text/event-stream", headers=_SSE_HEADERS
             )
-        if self.node is not None and key not in self.done:
-            stored = await self._stored(session_id)
-            # In flight in the log: on its owner, if that node is live.
-            if (
-                _stored_outcome(stored, rid) is None
-                and any(e.payload.get("request_id") == rid for e in stored)
-                and await self.node.owner_elsewhere(session_id) is not None
-            ):
-                follow = self._follow_elsewhere(session_id, rid, b"", True)
-                return StreamingResponse(
-                    follow, media_type="text/event-stream", headers=_SSE_HEADERS
-                )
+        # In flight in the log and not here: followed through the previews
+        # while its owner lives (a dead owner's turn is closed here at once,
+        # below).
+        if (
+            self.previews is not None
+            and await self._runs_elsewhere(key)
+            and (self.node is None or await self.node.owner_elsewhere(session_id) is not None)
+        ):
+            return StreamingResponse(
+                self._followed(key, after, b""),
+                media_type="text/event-stream",
+                headers=_SSE_HEADERS,
+            )
         outcome = await self._outcome(key)
         return StreamingResponse(
             _one(_frame("outcome", outcome)), media_type="text/event-stream", headers=_SSE_HEADERS
         )
+
+    async def _runs_elsewhere(self, key: tuple[str, str]) -> bool:
+        """Whether the log has the turn in flight with no outcome yet (its
+        relay is not here: another process runs it, or ran it and died)."""
+        if key in self.done:
+            return False
+        stored = await self._stored(key[0])
+        if _stored_outcome(stored, key[1]) is not None:
+            return False
+        if not any(e.payload.get("request_id") == key[1] for e in stored):
+            raise ApiError(404, "unknown_request", f"no request {key[1]!r} in this session")
+        return True
+
+    async def _logged(self, key: tuple[str, str]) -> bytes | None:
+        """The JSON of the turn's outcome kept here or in the log; ``None``
+        while there is none."""
+        kept = self.done.get(key)
+        if kept is not None:
+            return kept
+        found = _stored_outcome(await self.store.read(key[0]), key[1])
+        return None if found is None else orjson.dumps(found)
+
+    async def _ended_elsewhere(self, key: tuple[str, str]) -> bool:
+        """Whether a turn another process ran has its outcome in the log. If
+        no live process owns its session any more (its owner died, or was
+        paused past its lease), this one takes the session over, which
+        closes the turn as ``interrupted``; a process that took it first
+        (``owned_elsewhere``) writes that outcome itself."""
+        assert self.previews is not None
+        if await self._logged(key) is not None:
+            return True
+        if self.node is not None:
+            if await self.node.owner_elsewhere(key[0]) is not None:
+                return False
+        elif await self.previews.owner_live(key[0]):
+            return False
+        try:
+            handle = await self.hub.submit(key[0], "", request_id=key[1])
+            self._keep(key, result_json(await handle.outcome()))
+        except (StoreError, SessionClosed, InvalidCommand, SessionOwnedElsewhere) as exc:
+            log.info("follow_takeover_refused", error=type(exc).__name__)
+            return False
+        return True
+
+    async def _followed(
+        self, key: tuple[str, str], after: int, head: bytes, repeated: bool | None = None
+    ) -> AsyncIterator[bytes]:
+        """The stream of a turn another process runs, followed through
+        PostgreSQL: the deltas after ``after`` (numbered as the owner
+        numbers them), then the outcome from the log (``repeated`` as
+        given, else as the log tells). A client going away stops only the
+        following."""
+        assert self.previews is not None
+        if head:
+            yield head
+        settings = self.settings
+        deadline = trio.current_time() + settings.follow_deadline
+        timed_out = False
+
+        async def ended() -> bool:
+            nonlocal timed_out
+            if self.stopping.is_set():
+                return True  # this service stops: the stream ends (shutting_down)
+            if trio.current_time() >= deadline:
+                timed_out = True
+                return True
+            return await self._ended_elsewhere(key)
+
+        try:
+            async for batch in self.previews.follow(
+                key[0], key[1], after, ended=ended, poll_interval=settings.follow_poll
+            ):
+                yield b"".join(_sse("delta", {"text": d.text}, id=d.seq) for d in batch)
+            # The owner's end row comes once its outcome is decided; an
+            # outcome its store refused is written later (or by a takeover).
+            while not timed_out:
+                found = await self._logged(key)
+                if found is not None:
+                    if repeated is not None:
+                        found = orjson.dumps(orjson.loads(found) | {"repeated": repeated})
+                    yield _frame("outcome", found)
+                    return
+                if self.stopping.is_set():
+                    yield _sse("error", _STOPPING)
+                    return
+                if await ended():
+                    continue
+                with trio.move_on_after(settings.follow_poll):
+                    await self.stopping.wait()
+        except StoreError as exc:
+            if self.stopping.is_set():  # (the previews close with the service)
+                yield _sse("error", _STOPPING)
+                return
+            message = f"the event store failed: {describe_store_error(exc)}"
+            yield _sse("error", {"code": "store_error", "message": message})
+            return
+        message = "the turn did not end within the follow deadline"
+        yield _sse("error", {"code": "follow_timeout", "message": message})
 
     async def _outcome(self, key: tuple[str, str]) -> bytes:
         """The JSON of a turn's outcome when no relay has it: kept, else
@@ -1091,19 +1247,27 @@ class _Service:
 
     async def healthz(self, request: Request) -> Response:
         stats = self.hub.statistics()
-        return _json(
-            {
-                "ok": True,
-                "node_id": None if self.node is None else self.node.node_id,
-                "stopping": self.node is not None and self.node.stopping,
-                "actors": stats.actors,
-                "in_flight": stats.in_flight,
-                "relays": len(self.live),
-                "kept_results": len(self.done),
-                "kept_results_bytes": self.kept_bytes,
-                "store_errors": stats.store_errors,
+        body: dict[str, Any] = {
+            "ok": True,
+            "node_id": None if self.node is None else self.node.node_id,
+            "stopping": self.node is not None and self.node.stopping,
+            "actors": stats.actors,
+            "in_flight": stats.in_flight,
+            "relays": len(self.live),
+            "kept_results": len(self.done),
+            "kept_results_bytes": self.kept_bytes,
+            "store_errors": stats.store_errors,
+        }
+        p = self.previews
+        if p is not None:
+            body["previews"] = {
+                "batches": p.batches,
+                "rows": p.rows_published,
+                "publish_errors": p.publish_errors,
+                "notifications": p.notifications,
+                "following": p.following,
             }
-        )
+        return _json(body)
 
     async def page(self, request: Request) -> Response:
         policy = f"{LIVE_PAGE_POLICY}; frame-ancestors 'none'"
@@ -1456,6 +1620,7 @@ def create_app(
     nursery: trio.Nursery,
     stopping: trio.Event | None = None,
     node: Node | None = None,
+    previews: Previews | None = None,
 ) -> ASGIApp:
     """The ASGI application over a running hub and its store.
 
@@ -1466,10 +1631,13 @@ def create_app(
     this process as a node of a cluster (made here if ``store`` is a
     :class:`~turnledger.adapters.stores.PostgresStore` opened with a
     ``node_id``); it answers the calls of other nodes in ``nursery``.
+    ``previews`` (a node's, see docs/cluster.md): the turns this process
+    runs publish their deltas there, and a stream of a turn that runs on
+    another node follows it from there.
     """
     settings = settings or ServeSettings()
     stop = trio.Event() if stopping is None else stopping
-    svc = _Service(hub, store, settings, stop, nursery)
+    svc = _Service(hub, store, settings, stop, nursery, previews)
     if node is None and isinstance(store, PostgresStore) and store.inbox is not None:
         node = Node(store, hub)
     if node is not None:

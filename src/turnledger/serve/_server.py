@@ -103,6 +103,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease", type=float, default=None, metavar="SECONDS",
                    help="PostgreSQL: how long a session (and a node) stays owned without "
                    "renewal; a paused node loses its sessions after it (default: 10)")  # fmt: skip
+    p.add_argument("--preview-retention", type=float, default=30.0, metavar="SECONDS",
+                   help="with --node-id: how long a finished turn's deltas stay in the "
+                   "database for reattaching clients (default: %(default)s)")  # fmt: skip
     p.add_argument("--keep-results-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
                    help="memory for finished turns' results kept for reconnects, oldest "
                    "dropped first; a reconnect to a dropped one reads the store "
@@ -178,6 +181,8 @@ class ServeOptions:
     #: PostgreSQL: seconds a session's lease, and the node's heartbeat, last
     #: without renewal; ``None``: the store's default (10).
     lease: float | None = None
+    #: Seconds a finished turn's deltas stay in the database (``node_id`` only).
+    preview_retention: float = 30.0
     #: What the application needs besides the hub and the store.
     app: ServeSettings = attrs.field(factory=_app_settings)
 
@@ -205,6 +210,8 @@ def _check(options: ServeOptions, endpoint: object) -> str:
     """Refuse options that cannot work together, before anything is opened
     or bound; the model of new sessions."""
     app = options.app
+    if options.node_id is not None and not options.preview_retention > 0:
+        raise ServeOptionsError("--preview-retention must be more than 0 seconds")
     if app.token is None and options.host not in _LOOPBACK:
         raise ServeOptionsError(f"binding {options.host} requires a token (--token-env NAME)")
     if app.token is not None:
@@ -429,28 +436,37 @@ async def run_serve(
                         ),
                     )
                 window = options.history_window
-                async with open_hub(
-                    store,
-                    provider,
-                    model=model,
-                    system=options.system,
-                    policy=None if window is None else Window(window),
-                    on_busy=options.on_busy,
-                    max_request_bytes=options.max_request_bytes,
-                    max_prompt_tokens=options.max_prompt_tokens,
-                    context_window=options.context_window,
-                    output_reserve=options.output_reserve,
-                    turn_deadline=options.turn_deadline,
-                    idle_timeout=options.idle_timeout,
-                    retention=options.retention,
-                    snapshots=snapshots,
-                    snapshot_every=options.snapshot_every,
-                ) as hub:
+                async with (
+                    _previews(options, store) as previews,
+                    open_hub(
+                        store,
+                        provider,
+                        model=model,
+                        system=options.system,
+                        policy=None if window is None else Window(window),
+                        on_busy=options.on_busy,
+                        max_request_bytes=options.max_request_bytes,
+                        max_prompt_tokens=options.max_prompt_tokens,
+                        context_window=options.context_window,
+                        output_reserve=options.output_reserve,
+                        turn_deadline=options.turn_deadline,
+                        idle_timeout=options.idle_timeout,
+                        retention=options.retention,
+                        snapshots=snapshots,
+                        snapshot_every=options.snapshot_every,
+                    ) as hub,
+                ):
                     node = None
                     if isinstance(store, PostgresStore) and store.inbox is not None:
                         node = Node(store, hub)
                     app = create_app(
-                        hub, store, settings, nursery=nursery, stopping=stop, node=node
+                        hub,
+                        store,
+                        settings,
+                        nursery=nursery,
+                        stopping=stop,
+                        node=node,
+                        previews=previews,
                     )
                     pruning = trio.CancelScope()
                     if options.retention is not None:
@@ -483,6 +499,18 @@ async def run_serve(
             await store.aclose()
             sock.close()  # closed already if the listener ran; closing again is harmless
     return 0
+
+
+@asynccontextmanager
+async def _previews(options: ServeOptions, store: Any) -> AsyncIterator[Any]:
+    # Only a node of a cluster publishes and follows previews.
+    if options.node_id is None:
+        yield None
+        return
+    from ..adapters.stores import open_previews
+
+    async with open_previews(store, retain_after_end=options.preview_retention) as previews:
+        yield previews
 
 
 async def _hand_over(node: Any, hub: Any, store: Any) -> None:

@@ -6,6 +6,7 @@ else an SQLite file.
 """
 
 from ._open import open_store, store_kind
+from ._pg_previews import PreviewDelta, Previews, open_previews
 from .journal import JournalStore
 from .memory import MemoryStore
 from .postgres import NodeInfo, PostgresStore, SessionLease
@@ -19,10 +20,13 @@ __all__ = [
     "NodeInfo",
     "PostgresSnapshots",
     "PostgresStore",
+    "PreviewDelta",
+    "Previews",
     "SQLiteSnapshots",
     "SQLiteStats",
     "SQLiteStore",
     "SessionLease",
+    "open_previews",
     "open_store",
     "snapshots_beside",
     "store_kind",
