@@ -20,6 +20,7 @@ from ..events import (
     BranchSwitched,
     CompletionIgnored,
     Event,
+    SessionForked,
     SessionStarted,
     ToolCallsRequested,
     ToolResultRecorded,
@@ -216,6 +217,13 @@ def transition_fields(event: Event) -> dict[str, Any]:
     if isinstance(event, BranchSwitched):
         out["request_id"] = None
         out["branch"] = event.branch
+        return out
+    if isinstance(event, SessionForked):
+        out["request_id"] = None
+        out["source"] = event.source
+        out["source_seq"] = event.source_seq
+        out["branch"] = event.branch
+        out["at_turn"] = event.at_turn
         return out
     out["request_id"] = event.request_id
     if isinstance(event, BranchStarted):

@@ -28,6 +28,7 @@ from ..events import (
     EventCodec,
     EventStore,
     RequestId,
+    SessionForked,
     StoredEvent,
     StreamStarted,
     TurnCommitted,
@@ -37,6 +38,7 @@ from ..events import (
 )
 from ..events._exact_json import fast_loads
 from ._branches import Branch
+from ._forks import resolve_seed
 from ._budgets import calibration_after
 from ._history import Ending, Turn
 from ._machine import EVENT_TRANSITIONS, evolve
@@ -286,6 +288,7 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
     overflow_cap = s.overflow_cap
     active_branch = s.active_branch
     branches = s.branches
+    fork = s.fork
     request: InFlight | None = getattr(s, "request", None)
     # The request in flight when the fold's own Submitted started it: its
     # tuple (its InFlight is built only if a state is).
@@ -367,6 +370,7 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
                 request,
                 active_branch,
                 branches,
+                fork,
             )
             dirty = False
         s = evolve(s, _event(item))
@@ -382,6 +386,7 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
         overflow_cap = s.overflow_cap
         active_branch = s.active_branch
         branches = s.branches
+        fork = s.fork
         request = getattr(s, "request", None)
         current = None if request is None else request.request_id
         window = config.policy.max_turns if config and isinstance(config.policy, Window) else 0
@@ -404,6 +409,7 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
             request,
             active_branch,
             branches,
+            fork,
         )
     return s
 
@@ -430,6 +436,7 @@ def _build(
     request: InFlight | None,
     active_branch: BranchId,
     branches: tuple[Branch, ...],
+    fork: SessionForked | None,
 ) -> SessionState:
     """The phase object of the fold's local variables. Only the fast paths
     leave them dirty, and those lead to Pending, Streaming or Committed."""
@@ -445,6 +452,7 @@ def _build(
         "overflow_cap": overflow_cap,
         "active_branch": active_branch,
         "branches": branches,
+        "fork": fork,
     }
     if phase in IN_FLIGHT:
         base["request"] = request
@@ -452,7 +460,11 @@ def _build(
     return state
 
 
-def _fold(session_id: str, items: list[Item]) -> SessionState:
+def _fold(session_id: str, items: list[Item]) -> SessionState | list[Item]:
+    # A fork's items are folded once its shared turns are resolved (that
+    # reads its source's events: not here, on a store's I/O thread).
+    if len(items) > 1 and type(items[1]) is SessionForked:
+        return items
     return fold_items(items)
 
 
@@ -469,9 +481,18 @@ async def replay_sessions(
 
     The fold is :func:`fold_items` over :class:`StateDecoder`'s items: the
     state :func:`~turnledger.sessions.replay` would give, without building
-    the events of common turns (see the module's docstring).
+    the events of common turns (see the module's docstring). A fork's
+    shared turns are resolved from its source's events (``_forks``).
 
     Cancellation: a cancelled call returns nothing and changes nothing; a
     store that reads on a thread may finish the read there and drop it.
     """
-    return await store.read_decoded_many(session_ids, StateDecoder(codec), _fold)
+    got = await store.read_decoded_many(session_ids, StateDecoder(codec), _fold)
+    out: dict[str, SessionState] = {}
+    for sid, value in got.items():
+        if type(value) is list:
+            forked = value[1]
+            assert type(forked) is SessionForked
+            value = fold_items(value, await resolve_seed(store, forked, codec))
+        out[sid] = value  # type: ignore[assignment]
+    return out
