@@ -181,9 +181,7 @@ async def test_forks_are_not_snapshotted_and_their_source_is_read_through(
         async with (
             open_loopback_server([openai_stream_reply(f"a{i}") for i in range(6)]) as server,
             OpenAIChat(base_url=server.openai_base_url, api_key="k") as provider,
-            open_hub(
-                store, provider, model="m", snapshots=snapshots, snapshot_every=2
-            ) as hub,
+            open_hub(store, provider, model="m", snapshots=snapshots, snapshot_every=2) as hub,
         ):
             for i in range(3):
                 await (await hub.submit("s", f"q{i}")).outcome()
@@ -210,7 +208,7 @@ async def test_the_fork_copies_the_source_settings(tmp_path: Path) -> None:
             await hub.open_session("s", system="own sys", subject="p-9")
             await (await hub.submit("s", "q0")).outcome()
             await hub.fork("s", "f")
-        started = [DEFAULT_CODEC.decode(e) for e in await store.read("f")][0]
+        started = DEFAULT_CODEC.decode((await store.read("f"))[0])
         assert isinstance(started, SessionStarted)
         assert (started.system, started.subject) == ("own sys", "p-9")
     finally:

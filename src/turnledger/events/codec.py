@@ -24,11 +24,11 @@ from ._envelope import StoredEvent, envelope
 from ._events import (
     BranchStarted,
     BranchSwitched,
-    SessionForked,
     CompletionIgnored,
     Event,
     HistoryPolicy,
     Ledger,
+    SessionForked,
     SessionStarted,
     StreamStarted,
     ToolCallsRequested,

@@ -18,11 +18,11 @@ __all__ = [
     "apply_step",
     "erase_sessions",
     "forks_of",
-    "with_forks",
     "log_step",
     "plan_store",
     "prune_store",
     "sessions_of_subject",
+    "with_forks",
 ]
 
 #: Sessions read per trip when a whole store is scanned.

@@ -38,8 +38,8 @@ from ..events import (
 )
 from ..events._exact_json import fast_loads
 from ._branches import Branch
-from ._forks import resolve_seed
 from ._budgets import calibration_after
+from ._forks import resolve_seed
 from ._history import Ending, Turn
 from ._machine import EVENT_TRANSITIONS, evolve
 from ._phases import (
