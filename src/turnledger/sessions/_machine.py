@@ -251,8 +251,9 @@ TRANSITIONS: Final[_MessageTable] = {
 EVENT_TRANSITIONS: Final[_EventTable] = {
     Idle: {
         SessionStarted: Idle,
-        # A fork's second event, right after its SessionStarted.
-        SessionForked: None,
+        # A fork's second event, right after its SessionStarted: at rest
+        # with the turns it shares, as after their last commit.
+        SessionForked: Committed,
         TurnSubmitted: Pending,
         TurnRejected: None,
         CompletionIgnored: None,
@@ -786,7 +787,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 f"were not resolved ({len(state.turns)} given)"
             )
         base["fork"] = event
-        return Idle(**base)
+        return Committed(**base)
     if type(event) is TurnSubmitted:
         if event.request_id in state.endings:
             raise ReplayError(f"request {event.request_id!r} submitted twice")
