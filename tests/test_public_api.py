@@ -37,8 +37,9 @@ PUBLIC: dict[str, str] = {
         "BranchSwitched CompletionIgnored DiscardReason Erasure Event EventCodec EventDecoder "
         "EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId "
         "SessionForked SessionId SessionStarted StoredEvent StreamStarted ToolCall "
-        "ToolCallsRequested ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted TurnDiscarded "
-        "TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource session_hash"
+        "ToolCallsRequested ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec "
+        "TurnCommitted TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window "
+        "WindowSource session_hash"
     ),
     "turnledger.sessions": (
         "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AnswersAtOnce AwaitingTools Branch "
