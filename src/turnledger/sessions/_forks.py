@@ -30,6 +30,7 @@ from ..events import (
     SessionForked,
     SessionId,
     SessionStarted,
+    StoredEvent,
 )
 from ._branches import branch_records, find_branch
 from ._history import Ending, Endings
@@ -44,6 +45,7 @@ __all__ = [
     "replay_resolved",
     "replay_stored",
     "resolve_seed",
+    "seed_of",
 ]
 
 #: Forks of forks a read follows at most (a longer chain is refused as damage).
@@ -177,3 +179,22 @@ async def replay_stored(
     Cancellation: reads only; a cancelled call changed nothing.
     """
     return await replay_resolved(store, await store.read_decoded(session_id, codec), codec)
+
+
+async def seed_of(
+    store: EventStore, stored: Sequence[StoredEvent], codec: EventCodec = DEFAULT_CODEC
+) -> Idle | None:
+    """The state a session's stored events fold from: ``None`` unless it
+    is a fork (then :func:`resolve_seed` of its ``session_forked``).
+
+    Raises:
+        ReplayError: a fork whose source is gone.
+
+    Cancellation: reads only; a cancelled call changed nothing.
+    """
+    if len(stored) < 2 or stored[1].tag != "session_forked":
+        return None
+    forked = codec.decode(stored[1])
+    if not isinstance(forked, SessionForked):
+        raise ReplayError("the second event is not a fork's")
+    return await resolve_seed(store, forked, codec)
