@@ -34,8 +34,8 @@ from ..events import (
 )
 from ._branches import branch_records, find_branch
 from ._history import Ending, Endings
-from ._machine import replay
 from ._phases import Idle, SessionState
+from ._replay import Item, StateDecoder, fold_items
 
 __all__ = [
     "MAX_FORK_DEPTH",
@@ -77,10 +77,12 @@ def fork_events(
     )
 
 
-def fork_of(events: Sequence[Event]) -> SessionForked | None:
+def fork_of(events: Sequence[Event | Item]) -> SessionForked | None:
     """The ``SessionForked`` of a fork's events (``None``: not a fork)."""
-    if len(events) > 1 and type(events[1]) is SessionForked:
-        return events[1]
+    if len(events) > 1:
+        second = events[1]
+        if isinstance(second, SessionForked):
+            return second
     return None
 
 
@@ -137,7 +139,7 @@ async def resolve_seed(
     source = forked.source
     if source in _chain or len(_chain) >= MAX_FORK_DEPTH:
         raise ReplayError(f"the chain of forks through {source!r} loops or is too long")
-    events = await store.read_decoded(source, codec)
+    events = await store.read_decoded(source, StateDecoder(codec))
     if len(events) < forked.source_seq:
         raise ReplayError(
             f"the source {source!r} of this fork holds {len(events)} events, not the "
@@ -149,12 +151,14 @@ async def resolve_seed(
 
 async def replay_resolved(
     store: EventStore,
-    events: Sequence[Event],
+    events: Sequence[Event | Item],
     codec: EventCodec = DEFAULT_CODEC,
     _chain: tuple[str, ...] = (),
 ) -> SessionState:
     """``replay(events)``, with a fork's shared turns resolved from its
-    source's events in ``store``.
+    source's events in ``store``. ``events`` may be typed events or the
+    items of :class:`~turnledger.sessions._replay.StateDecoder` (folded by
+    ``fold_items``, to the same state).
 
     Raises:
         ReplayError: the log does not fold, or a fork's source is gone.
@@ -163,8 +167,8 @@ async def replay_resolved(
     """
     forked = fork_of(events)
     if forked is None:
-        return replay(events)
-    return replay(events, await resolve_seed(store, forked, codec, _chain))
+        return fold_items(events)
+    return fold_items(events, await resolve_seed(store, forked, codec, _chain))
 
 
 async def replay_stored(
@@ -178,7 +182,8 @@ async def replay_stored(
 
     Cancellation: reads only; a cancelled call changed nothing.
     """
-    return await replay_resolved(store, await store.read_decoded(session_id, codec), codec)
+    items = await store.read_decoded(session_id, StateDecoder(codec))
+    return await replay_resolved(store, items, codec)
 
 
 async def seed_of(

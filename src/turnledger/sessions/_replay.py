@@ -39,7 +39,6 @@ from ..events import (
 from ..events._exact_json import fast_loads
 from ._branches import Branch
 from ._budgets import calibration_after
-from ._forks import resolve_seed
 from ._history import Ending, Turn
 from ._machine import EVENT_TRANSITIONS, evolve
 from ._phases import (
@@ -487,6 +486,8 @@ async def replay_sessions(
     Cancellation: a cancelled call returns nothing and changes nothing; a
     store that reads on a thread may finish the read there and drop it.
     """
+    from ._forks import resolve_seed  # (it folds with this module's fold_items)
+
     got = await store.read_decoded_many(session_ids, StateDecoder(codec), _fold)
     out: dict[str, SessionState] = {}
     for sid, value in got.items():
