@@ -7,12 +7,16 @@ For each store and each history length, one source session of that many
 committed turns (a 100-character question and a 600-character answer each,
 three events per turn: ``benchmarks/stores.py``'s) is written to a fresh
 store, and a hub opens it (its actor replays it once, as a running service
-holds its sessions). Then, ``--repeat`` times (default 15):
+holds its sessions). Then, ``--repeat`` times (default 25):
 
 - ``fork``       ``hub.fork(source, new_id)``: every turn of the source's
                  active branch shared by reference; the time of the call and
                  the rows it added to the store (the fork's events; the
-                 source's row count is checked unchanged at the end)
+                 source's row count is checked unchanged at the end). The
+                 first fork is shown apart (``first``): on SQLite it pays
+                 for the write-ahead log the source's writing left behind
+                 (the checkpoint that follows a large write), not for the
+                 fork; the median is of the others.
 
 and, once or three times, two figures that do grow with the history, for
 scale, in the same run:
@@ -98,7 +102,8 @@ async def measure(kind: str, turns: int, repeat: int, where: Path) -> dict[str, 
         await store.aclose()
     assert set(rows) == {2}, rows
     return {
-        "fork": statistics.median(times),
+        "first": times[0],
+        "fork": statistics.median(times[1:]),
         "rows": float(rows[0]),
         "copy": statistics.median(copies),
         "copy_rows": float(source_rows),
@@ -112,7 +117,7 @@ async def main(args: argparse.Namespace) -> None:
         for kind in args.store.split(","):
             print(f"\n{kind}")
             print(
-                f"{'turns':>8} {'fork':>10} {'x of ' + str(sizes[0]):>8} {'rows':>5}"
+                f"{'turns':>8} {'first':>10} {'fork':>10} {'x of ' + str(sizes[0]):>8} {'rows':>5}"
                 f" {'copy':>10} {'copied rows':>12} {'first read':>11}"
             )
             base = None
@@ -120,7 +125,8 @@ async def main(args: argparse.Namespace) -> None:
                 got = await measure(kind, n, args.repeat, Path(tmp))
                 base = base or got["fork"]
                 print(
-                    f"{n:>8} {got['fork'] * 1e6:>8.0f}µs {got['fork'] / base:>8.2f}"
+                    f"{n:>8} {got['first'] * 1e6:>8.0f}µs {got['fork'] * 1e6:>8.0f}µs"
+                    f" {got['fork'] / base:>8.2f}"
                     f" {got['rows']:>5.0f} {got['copy'] * 1e3:>8.1f}ms"
                     f" {got['copy_rows']:>12.0f} {got['first_read'] * 1e3:>9.1f}ms"
                 )
@@ -129,6 +135,6 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", default="10,1000,100000")
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--repeat", type=int, default=25)
     parser.add_argument("--store", default="memory,sqlite")
     trio.run(main, parser.parse_args())
