@@ -213,3 +213,33 @@ async def test_the_fork_copies_the_source_settings(tmp_path: Path) -> None:
         assert (started.system, started.subject) == ("own sys", "p-9")
     finally:
         await store.aclose()
+
+
+async def test_a_fork_on_an_encrypted_store_reads_its_source_through_the_keys(
+    tmp_path: Path,
+) -> None:
+    from turnledger.adapters.encryption import StaticKeys
+
+    keys = StaticKeys({"k1": bytes([7]) * 32}, "k1")
+    path = tmp_path / "sealed.db"
+    store = await open_store(path, keys=keys)
+    try:
+        async with (
+            open_loopback_server([openai_stream_reply(f"a{i}") for i in range(3)]) as server,
+            OpenAIChat(base_url=server.openai_base_url, api_key="k") as provider,
+            open_hub(store, provider, model="m") as hub,
+        ):
+            await (await hub.submit("s", "a secret question")).outcome()
+            await (await hub.submit("s", "q1")).outcome()
+            await hub.fork("s", "f", 1)
+            await (await hub.submit("f", "fq1")).outcome()
+            live = await hub.state("f")
+    finally:
+        await store.aclose()
+    assert b"a secret question" not in path.read_bytes()
+    store = await open_store(path, keys=keys)
+    try:
+        assert await replay_stored(store, "f") == live
+        assert [t.question for t in live.turns] == ["a secret question", "fq1"]
+    finally:
+        await store.aclose()
