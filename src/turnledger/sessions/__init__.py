@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ._branches import Branch, BranchInfo
-from ._forks import fork_events, fork_seed, replay_stored
+from ._forks import fork_events, fork_seed, replay_sessions, replay_stored
 from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
 from ._machine import (
     EVENT_TRANSITIONS,
@@ -95,7 +95,6 @@ from ._projection import (
     build_messages,
     plan,
 )
-from ._replay import replay_sessions
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, Role
 from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult
 from ._retention import RetentionPolicy, RetentionStep, plan_retention, subject_of

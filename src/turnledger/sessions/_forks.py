@@ -43,6 +43,7 @@ __all__ = [
     "fork_of",
     "fork_seed",
     "replay_resolved",
+    "replay_sessions",
     "replay_stored",
     "resolve_seed",
     "seed_of",
@@ -203,3 +204,42 @@ async def seed_of(
     if not isinstance(forked, SessionForked):
         raise ReplayError("the second event is not a fork's")
     return await resolve_seed(store, forked, codec)
+
+
+def _fold_or_defer(session_id: str, items: list[Item]) -> SessionState | list[Item]:
+    # A fork's items are folded once its shared turns are resolved (that
+    # reads its source's events: not here, on a store's I/O thread).
+    if fork_of(items) is not None:
+        return items
+    return fold_items(items)
+
+
+async def replay_sessions(
+    store: EventStore, session_ids: Sequence[str], *, codec: EventCodec = DEFAULT_CODEC
+) -> dict[str, SessionState]:
+    """The state of each session in ``session_ids``, replayed from ``store``.
+
+    One :meth:`~turnledger.events.EventStore.read_decoded_many`: stores that
+    read on an I/O thread make one trip, from one snapshot, and fold each
+    session there, so only one session's events are held at a time. A
+    session without events has the initial state. For very many sessions,
+    call it once per slice of ids to bound the memory of the result.
+
+    The fold is :func:`~turnledger.sessions._replay.fold_items` over
+    :class:`~turnledger.sessions._replay.StateDecoder`'s items: the state
+    :func:`~turnledger.sessions.replay` would give, without building the
+    events of common turns. A fork's shared turns are resolved from its
+    source's events, after the bulk read.
+
+    Cancellation: a cancelled call returns nothing and changes nothing; a
+    store that reads on a thread may finish the read there and drop it.
+    """
+    got = await store.read_decoded_many(session_ids, StateDecoder(codec), _fold_or_defer)
+    out: dict[str, SessionState] = {}
+    for sid, value in got.items():
+        if isinstance(value, list):
+            forked = fork_of(value)
+            assert forked is not None
+            value = fold_items(value, await resolve_seed(store, forked, codec))
+        out[sid] = value
+    return out

@@ -5,8 +5,8 @@ events with :func:`~turnledger.sessions.evolve`, which builds an event per
 row and a new phase object per event. When only the final state is wanted,
 most of that is thrown away: a turn's ``TurnSubmitted``, ``StreamStarted``
 and ``TurnCommitted`` leave behind one :class:`Turn` and one :class:`Ending`.
-So :func:`replay_sessions` reads rows through :class:`StateDecoder`, which
-turns the payloads of those three events (current schema version, exactly
+So ``replay_sessions`` (in ``_forks``) reads rows through :class:`StateDecoder`,
+which turns the payloads of those three events (current schema version, exactly
 the shape the codec's strict structurer accepts) into plain tuples, and
 everything else into typed events through the codec; :func:`fold_items`
 then applies the three common events to local variables, and hands any
@@ -18,7 +18,7 @@ the state ``replay`` gives, and an event ``replay`` refuses raises the same
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Final, TypeAlias
 
 from ..events import (
@@ -26,7 +26,6 @@ from ..events import (
     BranchId,
     Event,
     EventCodec,
-    EventStore,
     RequestId,
     SessionForked,
     StoredEvent,
@@ -51,7 +50,7 @@ from ._phases import (
     initial_state,
 )
 
-__all__ = ["StateDecoder", "fold_items", "replay_sessions"]
+__all__ = ["Item", "StateDecoder", "fold_items"]
 
 #: A row as the fast fold holds it: a typed event, or one of the tuples below.
 #: ``(_SUBMITTED, request_id, question, turns_sent, turns_dropped,
@@ -457,43 +456,3 @@ def _build(
         base["request"] = request
     state: SessionState = phase(**base)
     return state
-
-
-def _fold(session_id: str, items: list[Item]) -> SessionState | list[Item]:
-    # A fork's items are folded once its shared turns are resolved (that
-    # reads its source's events: not here, on a store's I/O thread).
-    if len(items) > 1 and type(items[1]) is SessionForked:
-        return items
-    return fold_items(items)
-
-
-async def replay_sessions(
-    store: EventStore, session_ids: Sequence[str], *, codec: EventCodec = DEFAULT_CODEC
-) -> dict[str, SessionState]:
-    """The state of each session in ``session_ids``, replayed from ``store``.
-
-    One :meth:`~turnledger.events.EventStore.read_decoded_many`: stores that
-    read on an I/O thread make one trip, from one snapshot, and fold each
-    session there, so only one session's events are held at a time. A
-    session without events has the initial state. For very many sessions,
-    call it once per slice of ids to bound the memory of the result.
-
-    The fold is :func:`fold_items` over :class:`StateDecoder`'s items: the
-    state :func:`~turnledger.sessions.replay` would give, without building
-    the events of common turns (see the module's docstring). A fork's
-    shared turns are resolved from its source's events (``_forks``).
-
-    Cancellation: a cancelled call returns nothing and changes nothing; a
-    store that reads on a thread may finish the read there and drop it.
-    """
-    from ._forks import resolve_seed  # (it folds with this module's fold_items)
-
-    got = await store.read_decoded_many(session_ids, StateDecoder(codec), _fold)
-    out: dict[str, SessionState] = {}
-    for sid, value in got.items():
-        if type(value) is list:
-            forked = value[1]
-            assert type(forked) is SessionForked
-            value = fold_items(value, await resolve_seed(store, forked, codec))
-        out[sid] = value  # type: ignore[assignment]
-    return out
