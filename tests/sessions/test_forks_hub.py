@@ -243,3 +243,35 @@ async def test_a_fork_on_an_encrypted_store_reads_its_source_through_the_keys(
         assert [t.question for t in live.turns] == ["a secret question", "fq1"]
     finally:
         await store.aclose()
+
+
+async def test_a_fork_logs_one_line_without_content(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    from turnledger.runtime._log import EVENTS, FIELDS
+
+    store = await open_store(tmp_path / "logs.db")
+    try:
+        async with (
+            open_loopback_server([openai_stream_reply("a0")]) as server,
+            OpenAIChat(base_url=server.openai_base_url, api_key="k") as provider,
+            open_hub(store, provider, model="m") as hub,
+        ):
+            await (await hub.submit("s", "a private question")).outcome()
+            with capture_logs() as logs:
+                await hub.fork("s", "f")
+    finally:
+        await store.aclose()
+    (line,) = [x for x in logs if x["event"] == "session_forked"]
+    assert line == {
+        "event": "session_forked",
+        "log_level": "info",
+        "session_id": "f",
+        "source": "s",
+        "source_seq": 4,
+        "branch": "main",
+        "at_turn": 1,
+    }
+    assert EVENTS["session_forked"] == "info"
+    assert set(line) - {"event", "log_level"} <= FIELDS
+    assert "a private question" not in str(logs)

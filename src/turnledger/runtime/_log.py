@@ -77,6 +77,7 @@ EVENTS: Final[dict[str, str]] = {
     "context_window_fallback": "warning",
     "session_erased": "info",
     "session_trimmed": "info",
+    "session_forked": "info",
 }
 
 #: Every key that may appear in those lines (besides structlog's own
@@ -121,6 +122,12 @@ FIELDS: Final[frozenset[str]] = frozenset(
         "kept",
         "turns",
         "session_hash",
+        "source",
+        "source_seq",
+        "branch",
+        "parent",
+        "at_turn",
+        "kind",
     }
 )
 
