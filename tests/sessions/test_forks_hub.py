@@ -275,3 +275,25 @@ async def test_a_fork_logs_one_line_without_content(tmp_path: Path) -> None:
     assert EVENTS["session_forked"] == "info"
     assert set(line) - {"event", "log_level"} <= FIELDS
     assert "a private question" not in str(logs)
+
+
+async def test_a_source_erased_while_its_fork_is_written_takes_the_fork() -> None:
+    # The erasure runs just before the fork's rows are appended: its scan
+    # for forks finds none, so the fork, finding its source gone once
+    # written, erases itself and says the source is unknown.
+    from turnledger.testing import ScriptedProvider
+
+    from ._helpers import HookedStore
+
+    store = HookedStore()
+    async with open_hub(store, ScriptedProvider(), model="m") as hub:
+        await (await hub.submit("s", "q0")).outcome()
+
+        async def erase_source() -> None:
+            await hub.erase("s")
+
+        store.before("session_forked", erase_source)
+        with pytest.raises(UnknownSession, match="erased meanwhile"):
+            await hub.fork("s", "f")
+        assert await store.session_ids() == []
+        assert await hub.history("f") == ()

@@ -742,6 +742,13 @@ class Hub:
                     raise SessionExists(new_session_id) from exc
                 finally:
                     await store.release(new_session_id)
+                # An erasure of the source that ran meanwhile either finds
+                # this fork when it looks again after erasing the source
+                # (see erase), or erased the source before this read: then
+                # the fork goes too, and the source is unknown.
+                if not await store.read(source, after=forked.source_seq - 1):
+                    await store.erase(new_session_id)
+                    raise UnknownSession(source, f"session {source!r} was erased meanwhile")
         get_logger().info(
             "session_forked",
             session_id=new_session_id,
@@ -829,7 +836,13 @@ class Hub:
         for fork in await forks_of(self._store, session_id):
             with contextlib.suppress(UnknownSession):  # gone meanwhile
                 await self._erase_one(fork)
-        return await self._erase_one(session_id)
+        record = await self._erase_one(session_id)
+        # Once more: a fork made while the above ran (hub.fork looks for its
+        # source after writing, so one made after this scan goes by itself).
+        for fork in await forks_of(self._store, session_id):
+            with contextlib.suppress(UnknownSession):
+                await self._erase_one(fork)
+        return record
 
     async def _erase_one(self, session_id: str) -> Erasure:
         async with self._exclusive(session_id, busy_ok=True):
