@@ -297,3 +297,37 @@ async def test_a_source_erased_while_its_fork_is_written_takes_the_fork() -> Non
             await hub.fork("s", "f")
         assert await store.session_ids() == []
         assert await hub.history("f") == ()
+
+
+async def test_retention_keeps_a_source_its_forks_hold_and_never_trims_a_fork(
+    tmp_path: Path,
+) -> None:
+    from turnledger.sessions import RetentionPolicy
+    from turnledger.testing import ScriptedProvider
+
+    store = await open_store(tmp_path / "retention.db")
+    try:
+        async with open_hub(store, ScriptedProvider(), model="m") as hub:
+            for q in ("one", "two", "three"):
+                await (await hub.submit("s", q)).outcome()
+                await (await hub.submit("alone", q)).outcome()
+            await hub.fork("s", "f")
+            for q in ("four", "five"):
+                await (await hub.submit("f", q)).outcome()
+            before = {sid: await _rows(store, sid) for sid in ("s", "f")}
+            # at most one turn: the plain session is cut, the source and the fork are not
+            steps = await hub.prune(RetentionPolicy(max_turns=1))
+            assert [(st.session_id, st.action) for st in steps] == [("alone", "trim")]
+            assert {sid: await _rows(store, sid) for sid in ("s", "f")} == before
+            # idle for long: the fork goes, its source stays while the fork is kept
+            later = 10**10
+            steps = await hub.prune(RetentionPolicy(max_idle=60), now=later)
+            assert sorted((st.session_id, st.action) for st in steps) == [
+                ("alone", "erase"),
+                ("f", "erase"),
+            ]
+            # the next round: nothing holds the source any more
+            steps = await hub.prune(RetentionPolicy(max_idle=60), now=later)
+            assert [(st.session_id, st.action) for st in steps] == [("s", "erase")]
+    finally:
+        await store.aclose()
