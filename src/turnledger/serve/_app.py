@@ -636,6 +636,9 @@ class _Service:
         try:
             async with self.gates.hold(new_id):
                 forked = await self.hub.fork(source, new_id, at_turn)
+        except ReplayError:
+            # a source whose own log does not fold (a fork whose source is gone)
+            raise ApiError(503, "store_error", "the source's log does not fold") from None
         except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
             raise self._hub_error(exc) from None
         return _json(
