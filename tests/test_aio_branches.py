@@ -86,3 +86,43 @@ def test_a_switch_while_busy_is_refused_from_asyncio(tmp_path: Path) -> None:
             assert [t.question for t in await hub.history("s")] == ["first"]
 
     asyncio.run(main())
+
+
+def test_fork_from_asyncio_shares_the_prefix(tmp_path: Path) -> None:
+    from turnledger import SessionExists
+    from turnledger.events import SessionForked
+    from turnledger.sessions import replay_stored
+
+    db = tmp_path / "aio-fork.db"
+
+    async def main() -> tuple[SessionState, SessionForked]:
+        async with aio.open_hub(lambda: SQLiteStore.open(db), ScriptedProvider(), model="m") as hub:
+            for q in ("one", "two", "three"):
+                await (await hub.submit("s", q)).outcome()
+            with pytest.raises(UnknownSession):
+                await hub.fork("nobody", "f")
+            with pytest.raises(UnknownTurn):
+                await hub.fork("s", "f", 4)
+            with pytest.raises(SessionExists):
+                await hub.fork("s", "s")
+            forked = await hub.fork("s", "f", 2)
+            await (await hub.submit("f", "three, on the fork")).outcome()
+            assert [t.question for t in await hub.history("f")] == [
+                "one",
+                "two",
+                "three, on the fork",
+            ]
+            assert len(await hub.history("s")) == 3
+            return await hub.state("f"), forked
+
+    live, forked = asyncio.run(main())
+    assert (forked.source, forked.at_turn) == ("s", 2)
+
+    async def read() -> SessionState:
+        store = await SQLiteStore.open(db, read_only=True)
+        try:
+            return await replay_stored(store, "f")
+        finally:
+            await store.aclose()
+
+    assert trio.run(read) == live

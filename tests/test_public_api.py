@@ -17,8 +17,8 @@ PUBLIC: dict[str, str] = {
         "JournalStore LeaseLost Ledger LimitExceeded MemoryStore OllamaChat OpenAIChat "
         "OpenAIResponses PlaintextRefused PostgresStore ProviderError ProviderSettings "
         "ProviderSettingsError RejectedResult ReplayError RetryPolicy SQLiteStore SessionBusy "
-        "SessionClosed SessionOwnedElsewhere StoreCapReached StoreCorrupted StoreError "
-        "StoreFull StoreUnavailable StreamLimits StreamProtocolError Tool ToolError "
+        "SessionClosed SessionExists SessionOwnedElsewhere StoreCapReached StoreCorrupted "
+        "StoreError StoreFull StoreUnavailable StreamLimits StreamProtocolError Tool ToolError "
         "ToolInvocation Turn TurnLedgerError TurnResult UnknownBranch UnknownEventTag "
         "UnknownSession UnknownTurn Window WrongEventLoop WrongKey __version__ open_hub "
         "open_provider open_store"
@@ -35,10 +35,11 @@ PUBLIC: dict[str, str] = {
         "BRANCH_KINDS DEFAULT_CODEC DISCARD_REASONS MAIN_BRANCH REJECT_REASONS SCHEMA_VERSIONS "
         "WINDOW_SOURCES WIRE_TAGS BaseEventStore BranchId BranchKind BranchStarted "
         "BranchSwitched CompletionIgnored DiscardReason Erasure Event EventCodec EventDecoder "
-        "EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId SessionId "
-        "SessionStarted StoredEvent StreamStarted ToolCall ToolCallsRequested ToolErrorPolicy "
-        "ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted TurnDiscarded "
-        "TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource session_hash"
+        "EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId "
+        "SessionForked SessionId SessionStarted StoredEvent StreamStarted ToolCall "
+        "ToolCallsRequested ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec "
+        "TurnCommitted TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window "
+        "WindowSource session_hash"
     ),
     "turnledger.sessions": (
         "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AnswersAtOnce AwaitingTools Branch "
@@ -49,9 +50,10 @@ PUBLIC: dict[str, str] = {
         "RequestEncoder ResponseStarted RetentionPolicy RetentionStep Role SessionState Start "
         "StreamSink Streaming Submit Switch Timeout TokenEstimator Tool ToolDone ToolError "
         "ToolInvocation ToolResult ToolRound Turn TurnHandle TurnResult branch_turns "
-        "branches_of build_messages decide ending_of erase_sessions evolve initial_state "
-        "is_in_flight open_hub plan plan_retention prompt_token_cap prune_store replay "
-        "replay_sessions request_messages sessions_of_subject subject_of"
+        "branches_of build_messages decide ending_of erase_sessions evolve fork_events "
+        "fork_seed forks_of initial_state is_in_flight open_hub plan plan_retention "
+        "prompt_token_cap prune_store replay replay_sessions replay_stored request_messages "
+        "sessions_of_subject subject_of with_forks"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",

@@ -6,7 +6,8 @@
     ├── InvalidCommand          the caller broke the state machine; state unchanged
     │   ├── UnknownTurn             an edit or regenerate of a turn the branch does not have
     │   ├── UnknownBranch           a switch to a branch the session does not have
-    │   └── SessionBusy             a switch while a turn is in flight (busy policy: reject)
+    │   ├── SessionBusy             a switch while a turn is in flight (busy policy: reject)
+    │   └── SessionExists           a fork onto a session id that already has events
     ├── ReplayError             a stored log does not fold; the log is suspect
     ├── SessionClosed           the session or hub was used after it closed
     ├── ProviderSettingsError   no provider can be built from these settings
@@ -49,6 +50,7 @@ __all__ = [
     "ReplayError",
     "SessionBusy",
     "SessionClosed",
+    "SessionExists",
     "SessionOwnedElsewhere",
     "StoreCapReached",
     "StoreCorrupted",
@@ -89,6 +91,15 @@ class SessionBusy(InvalidCommand):
     """A switch while a turn is in flight, in a session whose busy policy is
     ``reject`` (under ``supersede`` the turn in flight is discarded first).
     Nothing was written."""
+
+
+class SessionExists(InvalidCommand):
+    """A fork names, as its new session, a session id that already has
+    events. Nothing was written."""
+
+    def __init__(self, session_id: str, detail: str = "") -> None:
+        self.session_id = session_id
+        super().__init__(detail or f"session {session_id!r} exists already")
 
 
 class WrongEventLoop(TurnLedgerError, RuntimeError):

@@ -13,6 +13,14 @@ active branch's name, and the turn in flight. After every step:
   typed error and changed nothing;
 
 and at the end a replay of the log equals the live state.
+
+Forks join in (:func:`test_forks_match_the_model_and_leave_their_source_alone`):
+several sessions, each a log of its own; a fork starts a new one from the
+active branch of the current one, and later steps may go on in any of them.
+Each fork's history equals the model's (the source's turns up to the fork
+point, then its own), a fork never changes a byte of its source's log, and
+each session replays, through the real fork resolution over a store of
+encoded rows, to its live state.
 """
 
 from __future__ import annotations
@@ -24,8 +32,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turnledger import SessionBusy, UnknownBranch, UnknownTurn
-from turnledger.events import DEFAULT_CODEC, BranchId, Event, RequestId
+from turnledger import SessionBusy, UnknownBranch, UnknownSession, UnknownTurn
+from turnledger.events import DEFAULT_CODEC, BranchId, Event, RequestId, StoredEvent
 from turnledger.sessions import (
     Cancel,
     Completed,
@@ -44,10 +52,13 @@ from turnledger.sessions import (
     branches_of,
     decide,
     evolve,
+    fork_events,
+    fork_seed,
     initial_state,
     replay,
     request_messages,
 )
+from turnledger.sessions._forks import replay_resolved
 from turnledger.sessions._replay import StateDecoder, fold_items
 
 Pair = tuple[str, str, str]  # request id, question, answer
@@ -241,3 +252,168 @@ def test_the_model_reaches_deep_trees() -> None:
     assert list(model.branches) == ["main", "b1", "b2", "b3"]
     assert model.active == "main" and len(model.branches["b3"]) == 2
     assert replay(run.log) == run.state
+
+
+# --- forks ------------------------------------------------------------------
+
+
+class RowStore:
+    """The read side of an event store over rows encoded by the real codec
+    (enough for the fork resolution, which only reads)."""
+
+    def __init__(self, logs: dict[str, list[Event]]) -> None:
+        self.rows = {
+            sid: [
+                DEFAULT_CODEC.encode(e, session_id=sid, seq=i, recorded_at=0.0)
+                for i, e in enumerate(log, 1)
+            ]
+            for sid, log in logs.items()
+        }
+
+    async def read_decoded(self, session_id: str, decoder: object, after: int = 0) -> list[Event]:
+        return [DEFAULT_CODEC.decode(r) for r in self.rows.get(session_id, []) if r.seq > after]
+
+
+def _now(coro: object) -> object:
+    # The resolution awaits only RowStore, which never suspends: run it to
+    # its end without an event loop (the core's tests use none).
+    try:
+        coro.send(None)  # type: ignore[attr-defined]
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("the resolution suspended")
+
+
+def _encoded(log: list[Event], sid: str) -> list[StoredEvent]:
+    return [
+        DEFAULT_CODEC.encode(e, session_id=sid, seq=i, recorded_at=0.0)
+        for i, e in enumerate(log, 1)
+    ]
+
+
+FORK_OPS = st.one_of(
+    OPS,
+    st.tuples(st.sampled_from(["fork", "fork", "hop"]), st.integers(-1, 50)),
+)
+
+
+@attrs.define
+class World:
+    on_busy: str
+    runs: dict[str, Run] = attrs.Factory(dict)
+    models: dict[str, Model] = attrs.Factory(dict)
+    current: str = "s0"
+    #: (fork, source, source's encoded rows when it was forked)
+    forks: list[tuple[str, str, list[StoredEvent]]] = attrs.Factory(list)
+
+
+def _fork(world: World, k: int) -> None:
+    src_id = world.current
+    run, model = world.runs[src_id], world.models[src_id]
+    turns = model.branches[model.active]
+    at = k % (len(turns) + 2) if k >= 0 else k  # some picks past the end, -1 too
+    before_rows = _encoded(run.log, src_id)
+    before_state = run.state
+    if not 0 <= at <= len(turns):
+        with pytest.raises(UnknownTurn):
+            fork_events(run.state, src_id, at)
+        return
+    started, forked = fork_events(run.state, src_id, at)
+    assert (forked.source, forked.source_seq, forked.branch) == (
+        src_id,
+        len(run.log),
+        model.active,
+    )
+    new_id = f"s{len(world.runs)}"
+    store = RowStore({sid: r.log for sid, r in world.runs.items()})
+    source_state = _now(replay_resolved(store, run.log))  # type: ignore[arg-type]
+    assert source_state == run.state
+    seed = fork_seed(source_state, forked)  # type: ignore[arg-type]
+    fork_run = Run(seed, [started, forked])
+    for ev in (started, forked):
+        fork_run.state = evolve(fork_run.state, ev)
+    world.runs[new_id] = fork_run
+    fork_model = Model(world.on_busy)
+    fork_model.branches["main"] = list(turns[:at])
+    world.models[new_id] = fork_model
+    world.forks.append((new_id, src_id, before_rows))
+    # the source did not move
+    assert run.state is before_state and _encoded(run.log, src_id) == before_rows
+    world.current = new_id
+
+
+@pytest.mark.parametrize("on_busy", ["reject", "supersede"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(FORK_OPS, max_size=50))
+def test_forks_match_the_model_and_leave_their_source_alone(
+    on_busy: Literal["reject", "supersede"], ops: list[Op]
+) -> None:
+    world = World(on_busy)
+    world.runs["s0"] = Run(initial_state(), [])
+    world.runs["s0"].send(Start("sys", "m", on_busy=on_busy))
+    world.models["s0"] = Model(on_busy)
+    for n, op in enumerate(ops):
+        kind, k = op
+        if kind == "fork":
+            _fork(world, k)
+        elif kind == "hop":
+            ids = list(world.runs)
+            world.current = ids[max(k, 0) % len(ids)]
+        else:
+            # request ids stay unique across the sessions (a fork knows its
+            # source's as committed)
+            _step(world.runs[world.current], world.models[world.current], op, n)
+        for sid in world.runs:
+            _check(world.runs[sid], world.models[sid])
+    store = RowStore({sid: run.log for sid, run in world.runs.items()})
+    for run in world.runs.values():
+        assert _now(replay_resolved(store, run.log)) == run.state  # type: ignore[arg-type]
+    for fork, source, rows in world.forks:
+        # every row the source had when it was forked is still byte-identical
+        now = store.rows[source][: len(rows)]
+        assert [(r.seq, r.tag, r.payload) for r in now] == [(r.seq, r.tag, r.payload) for r in rows]
+        assert world.runs[fork].state.fork is not None
+
+
+def test_the_fork_walk_reaches_forks_of_forks_and_bad_points() -> None:
+    world = World("reject")
+    world.runs["s0"] = Run(initial_state(), [])
+    world.runs["s0"].send(Start("sys", "m"))
+    world.models["s0"] = Model("reject")
+    script: list[Op] = [
+        ("submit", 0), ("complete", 0), ("submit", 0), ("complete", 0),
+        ("edit", 1), ("complete", 0),  # s0 is on b1: two turns
+        ("fork", 7),  # past the end: refused
+        ("fork", 1),  # s1: s0's b1 up to turn 1
+        ("submit", 0), ("complete", 0),
+        ("fork", 2),  # s2: all of s1
+        ("submit", 0), ("complete", 0), ("hop", 0), ("submit", 0), ("complete", 0),
+    ]  # fmt: skip
+    for n, op in enumerate(script):
+        kind, k = op
+        if kind == "fork":
+            _fork(world, k)
+        elif kind == "hop":
+            world.current = list(world.runs)[k]
+        else:
+            _step(world.runs[world.current], world.models[world.current], op, n)
+        for sid in world.runs:
+            _check(world.runs[sid], world.models[sid])
+    assert list(world.runs) == ["s0", "s1", "s2"]
+    assert [q for _, q, _ in world.models["s2"].branches["main"]] == ["q0", "q8", "q11"]
+    assert [q for _, q, _ in world.models["s0"].branches["b1"]] == ["q0", "q4", "q14"]
+    assert [q for _, q, _ in world.models["s0"].branches["main"]] == ["q0", "q2"]
+    store = RowStore({sid: run.log for sid, run in world.runs.items()})
+    for run in world.runs.values():
+        assert _now(replay_resolved(store, run.log)) == run.state  # type: ignore[arg-type]
+    # a plain fold cannot see the shared turns: it says so
+    from turnledger import ReplayError
+
+    with pytest.raises(ReplayError, match="not resolved"):
+        replay(world.runs["s2"].log)
+    # and a fork whose source is gone does not replay
+    del store.rows["s1"]
+    with pytest.raises(ReplayError, match="erased"):
+        _now(replay_resolved(store, world.runs["s2"].log))  # type: ignore[arg-type]
+    with pytest.raises(UnknownSession):
+        fork_events(initial_state(), "nobody")

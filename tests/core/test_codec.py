@@ -52,6 +52,7 @@ def test_wire_tags_are_an_explicit_frozen_table() -> None:
         "TurnRetried": "turn_retried",
         "BranchStarted": "branch_started",
         "BranchSwitched": "branch_switched",
+        "SessionForked": "session_forked",
     }
     assert set(SCHEMA_VERSIONS) == set(WIRE_TAGS.values())
 

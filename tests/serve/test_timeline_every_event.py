@@ -35,6 +35,8 @@ from turnledger.events import (
     Event,
     Ledger,
     RequestId,
+    SessionForked,
+    SessionId,
     SessionStarted,
     StreamStarted,
     ToolCall,
@@ -81,6 +83,8 @@ def _events() -> list[Event]:
             output_reserve=512,
             window_source="user",
         ),
+        # a fork of a session at its start: no turn shared
+        SessionForked(SessionId("origin"), 1, MAIN_BRANCH, 0),
         TurnSubmitted(_r("r-tools"), "Weather in Paris?", 0, 0, 120, 300),
         StreamStarted(_r("r-tools")),
         ToolCallsRequested(_r("r-tools"), 0, calls, "", Usage(20, 8, 28)),
@@ -128,6 +132,11 @@ def every_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     async def write() -> None:
         store = await SQLiteStore.open(db)
         try:
+            # the source the session was forked from (at its first event)
+            origin = DEFAULT_CODEC.encode(
+                SessionStarted("be brief", "m"), session_id="origin", seq=1, recorded_at=t0
+            )
+            await store.append("origin", [origin], 0)
             await store.append(SESSION, stored, 0)
         finally:
             await store.aclose()
@@ -188,7 +197,11 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
         ("b1", 2, "r-edit", False),
     ]
     assert [w.branch for w in tline.switches] == ["main"]
-    assert [s.event for s in tline.session_steps] == ["session_started", "branch_switched"]
+    assert [s.event for s in tline.session_steps] == [
+        "session_started",
+        "session_forked",
+        "branch_switched",
+    ]
 
     summary = session_summary(SESSION, stored)
     assert summary == {
@@ -324,7 +337,8 @@ def _serve_json(url: str, db: Path, tmp_path: Path) -> dict[str, Any]:
     (mine,) = [s for s in listed if s["session_id"] == SESSION]
     done = tl("sessions", str(db), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == mine
+    (line,) = [x for x in map(json.loads, done.stdout.splitlines()) if x["session_id"] == SESSION]
+    assert line == mine
     assert (mine["requests"], mine["retried"], mine["tool_calls"]) == (6, 1, 2)
     return model
 

@@ -16,7 +16,7 @@ import trio
 
 from .._errors import SessionClosed
 from .._loops import require_asyncio
-from ..events import Erasure, EventStore, HistoryPolicy, OnBusy, ToolErrorPolicy
+from ..events import Erasure, EventStore, HistoryPolicy, OnBusy, SessionForked, ToolErrorPolicy
 from ..sessions import (
     BranchInfo,
     HubStatistics,
@@ -414,6 +414,25 @@ class Hub:
         :meth:`turnledger.sessions.Hub.idle_sessions`)."""
         idle: list[str] = self._hub.idle_sessions()
         return idle
+
+    async def fork(
+        self, source: str, new_session_id: str, at_turn: int | None = None
+    ) -> SessionForked:
+        """Start ``new_session_id`` as a fork of ``source``, sharing its
+        first ``at_turn`` turns by reference (see
+        :meth:`turnledger.sessions.Hub.fork`).
+
+        Raises:
+            UnknownSession, UnknownTurn, SessionExists: nothing was written.
+
+        Cancellation: the fork was made whole or not at all;
+        :meth:`history` of ``new_session_id`` tells.
+        """
+        require_asyncio("Hub.fork")
+        forked: SessionForked = await self._bridge.run(
+            self._hub.fork, source, new_session_id, at_turn
+        )
+        return forked
 
     def statistics(self) -> HubStatistics:
         """Counters for monitoring and tests."""

@@ -8,12 +8,14 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import UnknownBranch
+from .. import ReplayError, UnknownBranch
 from ..events import (
     DEFAULT_CODEC,
     BranchStarted,
     Event,
     EventStore,
+    RequestId,
+    SessionForked,
     SessionStarted,
     StoredEvent,
     TurnCommitted,
@@ -21,13 +23,13 @@ from ..events import (
     TurnRejected,
     TurnSubmitted,
 )
-from ..sessions import branch_turns, replay
+from ..sessions import History, Idle, Turn, branch_turns, replay
 from ._args import at_least, text_arg
 from ._display import Out, fmt_time, print_json, visible
 from ._errors import EXIT_NOT_FOUND, EXIT_OK, Exit
 from ._stores import open_to_read
 
-__all__ = ["add_browse_parsers", "export_record", "find_turns", "markdown"]
+__all__ = ["add_browse_parsers", "export_record", "export_session", "find_turns", "markdown"]
 
 
 def _usage(event: TurnCommitted) -> dict[str, int | None] | None:
@@ -42,14 +44,20 @@ def _usage(event: TurnCommitted) -> dict[str, int | None] | None:
 
 
 def export_record(
-    session_id: str, stored: Sequence[StoredEvent], branch: str | None = None
+    session_id: str,
+    stored: Sequence[StoredEvent],
+    branch: str | None = None,
+    shared: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """One session as ``export --format json`` writes it: its settings, the
     committed turns in order (the ``replay --json`` fields plus times,
     finish reason and usage), and, apart, the turns that were not saved.
 
     A session that has branched exports one branch's path (``branch``, by
-    default the active one), named in ``branch``.
+    default the active one), named in ``branch``. A fork's record starts
+    with ``shared``: the turns it shares with its source, as the source's
+    record has them (:func:`export_session` reads them), and names the
+    source in ``forked_from``.
 
     Raises:
         UnknownBranch: the session has no branch ``branch``.
@@ -59,7 +67,7 @@ def export_record(
         "model": None,
         "system": None,
         "started_at": None,
-        "turns": [],
+        "turns": list(shared),
         "not_saved": [],
     }
     asked: dict[str, tuple[str, float]] = {}
@@ -70,6 +78,13 @@ def export_record(
         at = fmt_time(env.recorded_at)
         if isinstance(event, SessionStarted):
             record.update(model=event.model, system=event.system, started_at=at)
+        elif isinstance(event, SessionForked):
+            record["forked_from"] = {
+                "session_id": event.source,
+                "source_seq": event.source_seq,
+                "branch": event.branch,
+                "at_turn": event.at_turn,
+            }
         elif isinstance(event, TurnSubmitted):
             asked[event.request_id] = (event.question, env.recorded_at)
         elif isinstance(event, TurnCommitted):
@@ -100,7 +115,7 @@ def export_record(
                 }
             )
     if branch is not None or any(isinstance(e, BranchStarted) for e in events):
-        state = replay(events)
+        state = replay(events, _shared_seed(shared))
         name = state.active_branch if branch is None else branch
         committed = {t["request_id"]: t for t in record["turns"]}
         record["turns"] = [committed[t.request_id] for t in branch_turns(state, name)]
@@ -152,19 +167,55 @@ async def _cmd_export(args: argparse.Namespace) -> int:
     store = await open_to_read(args.db)
     try:
         stored = await store.read(args.session)
+        if not stored:
+            raise Exit(EXIT_NOT_FOUND, f"no events for session {args.session!r}")
+        try:
+            record = await export_session(store, args.session, stored, args.branch)
+        except UnknownBranch as exc:
+            raise Exit(EXIT_NOT_FOUND, str(exc)) from None
     finally:
         await store.aclose()
-    if not stored:
-        raise Exit(EXIT_NOT_FOUND, f"no events for session {args.session!r}")
-    try:
-        record = export_record(args.session, stored, args.branch)
-    except UnknownBranch as exc:
-        raise Exit(EXIT_NOT_FOUND, str(exc)) from None
     if args.format == "json":
         print_json(record)
     else:
         Out(sys.stdout)(markdown(record), end="")
     return EXIT_OK
+
+
+def _shared_seed(shared: Sequence[dict[str, Any]]) -> Idle | None:
+    # The state a fork's events fold from, as far as an export needs it:
+    # the shared turns' ids, questions and answers.
+    if not shared:
+        return None
+    turns = [Turn(RequestId(t["request_id"]), t["question"], t["answer"]) for t in shared]
+    return Idle(turns=History(turns))
+
+
+async def export_session(
+    store: EventStore, session_id: str, stored: Sequence[StoredEvent], branch: str | None = None
+) -> dict[str, Any]:
+    """:func:`export_record` of a session read from ``store``: a fork's
+    shared turns are read from its source (and its source's, for a fork of
+    a fork), as the source's record had them when it was forked.
+
+    Raises:
+        UnknownBranch: the session has no branch ``branch``.
+        ReplayError: a fork whose source is gone.
+
+    Cancellation: reads only; a cancelled call changed nothing.
+    """
+    shared: list[dict[str, Any]] = []
+    if len(stored) > 1 and stored[1].tag == "session_forked":
+        forked = DEFAULT_CODEC.decode(stored[1])
+        assert isinstance(forked, SessionForked)
+        source = await store.read(forked.source)
+        if len(source) < forked.source_seq:
+            raise ReplayError(f"the source {forked.source!r} of this fork was erased")
+        whole = await export_session(
+            store, forked.source, source[: forked.source_seq], forked.branch
+        )
+        shared = whole["turns"][: forked.at_turn]
+    return export_record(session_id, stored, branch, shared)
 
 
 Hit = tuple[int, str, str, str]  # (turn number, request id, question, answer)
@@ -175,7 +226,14 @@ def _matches(needle: str) -> Any:
         if not events:
             return []
         found: list[Hit] = []
-        for n, t in enumerate(replay(events).turns, 1):
+        # A fork's shared turns are found in its source, where they are
+        # stored: here they stand as empty turns, which match no needle.
+        forked = events[1] if len(events) > 1 else None
+        seed = None
+        if isinstance(forked, SessionForked):
+            blank = [Turn(RequestId(f"shared-{i}"), "", "") for i in range(forked.at_turn)]
+            seed = Idle(turns=History(blank))
+        for n, t in enumerate(replay(events, seed).turns, 1):
             if needle in t.question.casefold() or needle in t.answer.casefold():
                 found.append((n, t.request_id, t.question, t.answer))
         return found

@@ -16,7 +16,7 @@ import attrs
 import httpx
 import trio
 
-from .. import InvalidCommand, ProviderSettingsError, UnknownTurn, __version__
+from .. import InvalidCommand, ProviderSettingsError, UnknownSession, UnknownTurn, __version__
 from ..adapters.providers import PROVIDER_KINDS
 from ..events import DEFAULT_CODEC, EventStore, Window
 from ..sessions import (
@@ -29,8 +29,9 @@ from ..sessions import (
     TurnResult,
     open_hub,
     prompt_token_cap,
-    replay,
+    replay_stored,
 )
+from ..sessions._forks import replay_resolved
 from ..timeline import branch_line
 from ._args import add_provider_arguments, open_configured_provider, provider_settings, text_arg
 from ._display import ID_WIDTH, Out, describe, visible
@@ -221,7 +222,7 @@ async def _existing(store: EventStore, session_id: str) -> _Existing | None:
     return _Existing(
         model=getattr(started, "model", ""),
         system=getattr(started, "system", ""),
-        turns=len(replay(events).turns),
+        turns=len((await replay_resolved(store, events)).turns),
     )
 
 
@@ -348,6 +349,8 @@ _HELP = """commands:
   /retry         ask the last question again, on a new branch
   /branches      the branches of this session; * marks the active one
   /switch B      go on from branch B (main, b1, ...)
+  /fork NEW [N]  a new session NEW that shares the first N questions (all) of /history
+                 by reference; the chat goes on in it
   /new           start a fresh session (this one stays in the store)
   /exit, /quit   end the chat (so do exit, quit, Ctrl-D and Ctrl-C at the prompt)
 Enter asks; Esc-Enter (or Alt-Enter) starts a new line; a pasted block is one question.
@@ -471,7 +474,7 @@ class _Conversation:
     async def command(self, command: str, hub: Hub) -> bool:
         """Run a /command; False to end the chat."""
         name = command.split()[0].lower()
-        if name in ("/edit", "/retry", "/branches", "/switch"):
+        if name in ("/edit", "/retry", "/branches", "/switch", "/fork"):
             try:
                 await self.branch_command(name, command, hub)
             except InvalidCommand as exc:  # an unknown turn or branch, busy
@@ -491,9 +494,11 @@ class _Conversation:
         return True
 
     async def branch_command(self, name: str, command: str, hub: Hub) -> None:
-        """/edit N TEXT, /retry, /branches and /switch B."""
+        """/edit N TEXT, /retry, /branches, /switch B and /fork NEW [N]."""
         parts = command.split(maxsplit=2)
-        if name == "/retry":
+        if name == "/fork":
+            await self.fork(parts, hub)
+        elif name == "/retry":
             await self.run_turn(await hub.regenerate(self.session_id))
         elif name == "/edit":
             if len(parts) < 3 or not parts[1].isdigit() or int(parts[1]) < 1:
@@ -517,9 +522,27 @@ class _Conversation:
                 # (the line of `turnledger log`'s tree)
                 self.say(visible(branch_line(b, id_width=ID_WIDTH)))
 
+    async def fork(self, parts: list[str], hub: Hub) -> None:
+        """/fork NEW [N]: NEW shares the first N turns (all) of this
+        session's active branch; the chat goes on in NEW."""
+        if len(parts) not in (2, 3) or (len(parts) == 3 and not parts[2].isdigit()):
+            self.fail("usage: /fork NEW [N] (N: how many questions of /history it keeps)")
+            return
+        keep = int(parts[2]) if len(parts) == 3 else None
+        try:
+            forked = await hub.fork(self.session_id, parts[1], keep)
+        except UnknownSession:
+            self.fail("refused: this session has nothing to fork yet")
+            return
+        self.session_id = parts[1]
+        self.say(
+            f"a fork: {visible(parts[1])}, sharing {forked.at_turn} turns of "
+            f"{visible(forked.source)} (branch {forked.branch}); the chat goes on in it",
+            Look.DIM,
+        )
+
     async def history(self) -> None:
-        events = await self.store.read_decoded(self.session_id, DEFAULT_CODEC)
-        turns = replay(events).turns if events else ()
+        turns = (await replay_stored(self.store, self.session_id)).turns
         if not turns:
             self.say("no saved turns in this session yet", Look.DIM)
         for i, t in enumerate(turns, 1):

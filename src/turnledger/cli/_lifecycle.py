@@ -25,6 +25,7 @@ from ..sessions import (
     erase_sessions,
     prune_store,
     sessions_of_subject,
+    with_forks,
 )
 from ._args import at_least, text_arg
 from ._display import print_json, visible
@@ -66,6 +67,8 @@ async def _cmd_erase(args: argparse.Namespace) -> int:
             ids = [args.session] if found else []
         else:
             ids = await sessions_of_subject(reader, args.subject)
+        # A fork shares its first turns with its source: it goes with it.
+        ids = await with_forks(reader, ids)
     finally:
         await reader.aclose()
     if not ids:

@@ -13,7 +13,7 @@ import attrs
 
 from .. import UnknownBranch
 from ..adapters.stores import PostgresStore, SessionLease
-from ..events import DEFAULT_CODEC, Event, EventStore, StoredEvent
+from ..events import DEFAULT_CODEC, Event, EventStore, SessionForked, StoredEvent
 from ..sessions import (
     SessionState,
     Turn,
@@ -23,6 +23,7 @@ from ..sessions import (
     replay_sessions,
     subject_of,
 )
+from ..sessions._forks import replay_resolved, seed_of
 from ..timeline import branch_tree, phase_name, session_summary, timeline
 from ._args import at_least, text_arg
 from ._display import ID_WIDTH, fmt_time, print_json, visible
@@ -70,8 +71,13 @@ class _UpTo:
         return [*DEFAULT_CODEC.decode_rows(session_id, wanted), *later]
 
 
-def _fold_up_to(session_id: str, events: list[Event | None]) -> SessionState | None:
-    return replay(e for e in events if e is not None) if events else None
+def _fold_up_to(session_id: str, events: list[Event | None]) -> SessionState | list[Event] | None:
+    if not events:
+        return None
+    wanted = [e for e in events if e is not None]
+    if len(wanted) > 1 and isinstance(wanted[1], SessionForked):
+        return wanted  # a fork: folded once its shared turns are read
+    return replay(wanted)
 
 
 async def _replay_states(store: EventStore, args: argparse.Namespace) -> dict[str, SessionState]:
@@ -88,7 +94,11 @@ async def _replay_states(store: EventStore, args: argparse.Namespace) -> dict[st
             replayed = await replay_sessions(store, chunk)
             states.update({sid: s if s.version else None for sid, s in replayed.items()})
         else:
-            states.update(await store.read_decoded_many(chunk, _UpTo(args.at), _fold_up_to))
+            got = await store.read_decoded_many(chunk, _UpTo(args.at), _fold_up_to)
+            for sid, value in got.items():
+                if isinstance(value, list):
+                    value = await replay_resolved(store, value)
+                states[sid] = value
     found = {sid: state for sid, state in states.items() if state is not None}
     if not found:
         what = f"session {args.session!r}" if args.session else "any session"
@@ -203,12 +213,13 @@ async def _cmd_log(args: argparse.Namespace) -> int:
     store = await open_to_read(args.db)
     try:
         streams = await _load(store, args.session)
+        seeds = {sid: await seed_of(store, events) for sid, events in streams.items()}
     finally:
         await store.aclose()
     shown = 0
     for sid, events in streams.items():
         # The session's rows, each event of each a line (log order).
-        session = timeline(sid, events)
+        session = timeline(sid, events, seed=seeds[sid])
         if args.request:
             wanted = [r for r in session.rows if r.request_id.startswith(args.request)]
             rows = sorted((s for r in wanted for s in r.steps), key=lambda s: s.seq)
@@ -267,6 +278,7 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
             streams = {s: e for s, e in streams.items() if subject_of(e) == args.subject}
             if not streams:
                 raise Exit(EXIT_NOT_FOUND, f"no session of subject {visible(args.subject)!r}")
+        seeds = {sid: await seed_of(store, events) for sid, events in streams.items()}
         if isinstance(store, PostgresStore):  # the store that has owners
             owners = {lease.session_id: lease for lease in await store.owners()}
     finally:
@@ -278,7 +290,7 @@ async def _cmd_sessions(args: argparse.Namespace) -> int:
             + ("  owner (node: host pid, lease epoch, expiry)" if owners is not None else "")
         )
     for sid, events in streams.items():
-        summary = session_summary(sid, events)
+        summary = session_summary(sid, events, seed=seeds[sid])
         lease = owners.get(sid) if owners is not None else None
         if args.json:
             if owners is not None:

@@ -31,6 +31,7 @@ __all__ = [
     "OnBusy",
     "RejectReason",
     "RequestId",
+    "SessionForked",
     "SessionId",
     "SessionStarted",
     "StreamStarted",
@@ -352,6 +353,24 @@ class BranchSwitched:
     branch: BranchId
 
 
+@attrs.frozen
+class SessionForked:
+    """The session is a fork: its history starts with the first ``at_turn``
+    turns of ``branch`` of session ``source`` as that session stood at its
+    event ``source_seq``. Those turns are shared by reference: nothing of
+    them is copied here, and the source's events are never changed. It
+    follows the fork's ``SessionStarted`` at once (the source's settings).
+    """
+
+    source: SessionId
+    #: The source's version (its last event's ``seq``) when it was forked.
+    source_seq: int = attrs.field(validator=attrs.validators.ge(1))
+    #: The source's branch the prefix is on (its active one at the time).
+    branch: BranchId
+    #: Turns of that branch's path the fork starts with.
+    at_turn: int = attrs.field(validator=attrs.validators.ge(0))
+
+
 Event: TypeAlias = (
     SessionStarted
     | TurnSubmitted
@@ -366,4 +385,5 @@ Event: TypeAlias = (
     | ToolRoundSubmitted
     | BranchStarted
     | BranchSwitched
+    | SessionForked
 )

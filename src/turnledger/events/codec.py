@@ -28,6 +28,7 @@ from ._events import (
     Event,
     HistoryPolicy,
     Ledger,
+    SessionForked,
     SessionStarted,
     StreamStarted,
     ToolCallsRequested,
@@ -74,6 +75,7 @@ WIRE_TAGS: Final[Mapping[type[Any], str]] = {
     TurnRetried: "turn_retried",
     BranchStarted: "branch_started",
     BranchSwitched: "branch_switched",
+    SessionForked: "session_forked",
 }
 _CLASSES: Final[Mapping[str, type[Any]]] = {tag: cls for cls, tag in WIRE_TAGS.items()}
 
@@ -92,6 +94,7 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "turn_retried": 1,
     "branch_started": 1,
     "branch_switched": 1,
+    "session_forked": 1,
 }
 
 #: The only field of an encrypted payload (see

@@ -26,14 +26,16 @@ Modules:
 """
 
 from ._hub import Hub, HubStatistics, TurnHandle, open_hub
-from ._lifecycle import erase_sessions, prune_store, sessions_of_subject
+from ._lifecycle import erase_sessions, forks_of, prune_store, sessions_of_subject, with_forks
 
 __all__ = [
     "Hub",
     "HubStatistics",
     "TurnHandle",
     "erase_sessions",
+    "forks_of",
     "open_hub",
     "prune_store",
     "sessions_of_subject",
+    "with_forks",
 ]

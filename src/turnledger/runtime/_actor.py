@@ -80,6 +80,7 @@ from ..events import (
     CompletionIgnored,
     Event,
     RequestId,
+    SessionForked,
     SessionStarted,
     StoredEvent,
     StreamStarted,
@@ -1553,4 +1554,6 @@ EFFECTS: Final[Mapping[type[Event], _Effect | None]] = {
     # TurnSubmitted follows) or switched (its caller's ticket is settled).
     BranchStarted: None,
     BranchSwitched: None,
+    # A fork's second event is written by the hub before any actor runs.
+    SessionForked: None,
 }

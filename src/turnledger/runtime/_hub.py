@@ -27,8 +27,10 @@ import attrs
 import trio
 
 from .._errors import (
+    ConcurrencyConflict,
     InvalidCommand,
     SessionClosed,
+    SessionExists,
     SessionOwnedElsewhere,
     StoreCapReached,
     StoreError,
@@ -37,16 +39,20 @@ from .._errors import (
 )
 from .._loops import require_trio
 from ..events import (
+    DEFAULT_CODEC,
     BranchId,
     Erasure,
+    Event,
     EventStore,
     HistoryPolicy,
     Ledger,
     OnBusy,
     RequestId,
+    SessionForked,
     ToolErrorPolicy,
 )
 from ..sessions._branches import BranchInfo
+from ..sessions._forks import fork_events
 from ..sessions._history import Turn
 from ..sessions._machine import SessionState, branches_of, decide
 from ..sessions._messages import Cancel, Edit, Regenerate, Start, Submit, Switch
@@ -58,7 +64,14 @@ from ..sessions._snapshot import SnapshotStore
 from ..sessions._tools import Tool
 from ._actor import KEEP_REQUEST_TASK, Actor, Item
 from ._context import Config, Counters, Runtime
-from ._lifecycle import apply_step, erase_all, log_step, plan_store, sessions_of_subject
+from ._lifecycle import (
+    apply_step,
+    erase_all,
+    forks_of,
+    log_step,
+    plan_store,
+    sessions_of_subject,
+)
 from ._log import get_logger
 from ._snapshots import recover_state
 from ._tickets import Ticket
@@ -693,6 +706,86 @@ class Hub:
         handled (those :meth:`drop` stops without ending a turn)."""
         return [sid for sid, actor in self._routes.actors.items() if not actor.busy]
 
+    # -- forks -----------------------------------------------------------------
+
+    async def fork(
+        self, source: str, new_session_id: str, at_turn: int | None = None
+    ) -> SessionForked:
+        """Start ``new_session_id`` as a fork of ``source``: its history
+        begins with the first ``at_turn`` turns of ``source``'s active branch
+        (``None``: all of them), and goes on by itself from there.
+
+        The shared turns are not copied: the fork's log holds two events
+        (its ``SessionStarted``, with the source's settings and subject, and
+        :class:`~turnledger.events.SessionForked`), whatever the length of
+        the history, and the source's events are never changed. Reading the
+        fork (history, replay, export, an actor reopening it) resolves them
+        from the source's events as they stood at the fork. An erasure of
+        the source erases its forks too (:meth:`erase`).
+
+        With the source open in this hub (its actor running) a fork reads
+        nothing; otherwise the source is replayed once to find its branch.
+
+        Returns:
+            The fork's ``SessionForked`` event, as recorded.
+
+        Raises:
+            UnknownSession: ``source`` has no events; nothing was written.
+            UnknownTurn: ``at_turn`` is not between 0 and the length of the
+                source's active branch; nothing was written.
+            SessionExists: ``new_session_id`` already has events (or is
+                ``source``); nothing was written.
+            SessionClosed: the hub is closed.
+            StoreError, SessionOwnedElsewhere: the store refused the fork's
+                events; nothing was written.
+
+        Cancellation: once its events are being written the write is not
+        interrupted: a cancelled call made the fork whole or not at all.
+        """
+        _check_id("session id", source)
+        _check_id("session id", new_session_id)
+        if self._routes.closed:
+            raise SessionClosed("the hub is closed")
+        live = self._routes.actors.get(source)
+        state = live.state if live is not None else await self.state(source)
+        started, forked = fork_events(state, source, at_turn)
+        if new_session_id == source or new_session_id in self._routes.actors:
+            raise SessionExists(new_session_id)
+        async with self._exclusive(new_session_id, busy_ok=False):
+            store = self._store
+            if await store.read(new_session_id):
+                raise SessionExists(new_session_id)
+            now = self._config.clock()
+            events: tuple[Event, ...] = (started, forked)
+            stored = [
+                DEFAULT_CODEC.encode(ev, session_id=new_session_id, seq=seq, recorded_at=now)
+                for seq, ev in enumerate(events, 1)
+            ]
+            with trio.CancelScope(shield=True):
+                await store.acquire(new_session_id)
+                try:
+                    await store.append(new_session_id, stored, expected_version=0)
+                except ConcurrencyConflict as exc:
+                    raise SessionExists(new_session_id) from exc
+                finally:
+                    await store.release(new_session_id)
+                # An erasure of the source that ran meanwhile either finds
+                # this fork when it looks again after erasing the source
+                # (see erase), or erased the source before this read: then
+                # the fork goes too, and the source is unknown.
+                if not await store.read(source, after=forked.source_seq - 1):
+                    await store.erase(new_session_id)
+                    raise UnknownSession(source, f"session {source!r} was erased meanwhile")
+        get_logger().info(
+            "session_forked",
+            session_id=new_session_id,
+            source=source,
+            source_seq=forked.source_seq,
+            branch=forked.branch,
+            at_turn=forked.at_turn,
+        )
+        return forked
+
     # -- erasure and retention -------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -747,8 +840,12 @@ class Hub:
         SHA-256, the time, the event count). A later Submit to the same id
         starts a new, empty session.
 
+        Its forks (sessions started by :meth:`fork` from it, and their
+        forks) share its turns: they are erased with it, first, each as if
+        erased alone (a ``session_erased`` line and a record of its own).
+
         Returns:
-            The erasure record.
+            The session's erasure record.
 
         Raises:
             UnknownSession: the store holds no such session; nothing changed.
@@ -761,6 +858,20 @@ class Hub:
         whole (its actor may have been stopped: it comes back by replay).
         """
         _check_id("session id", session_id)
+        if session_id not in self._routes.actors and not await self._store.read(session_id):
+            raise UnknownSession(session_id)
+        for fork in await forks_of(self._store, session_id):
+            with contextlib.suppress(UnknownSession):  # gone meanwhile
+                await self._erase_one(fork)
+        record = await self._erase_one(session_id)
+        # Once more: a fork made while the above ran (hub.fork looks for its
+        # source after writing, so one made after this scan goes by itself).
+        for fork in await forks_of(self._store, session_id):
+            with contextlib.suppress(UnknownSession):
+                await self._erase_one(fork)
+        return record
+
+    async def _erase_one(self, session_id: str) -> Erasure:
         async with self._exclusive(session_id, busy_ok=True):
             with trio.CancelScope(shield=True):
                 await self._drop_snapshot(session_id)

@@ -17,10 +17,12 @@ from ._log import get_logger
 __all__ = [
     "apply_step",
     "erase_sessions",
+    "forks_of",
     "log_step",
     "plan_store",
     "prune_store",
     "sessions_of_subject",
+    "with_forks",
 ]
 
 #: Sessions read per trip when a whole store is scanned.
@@ -57,6 +59,89 @@ def _first(_sid: str, subjects: list[str | None]) -> str | None:
     return subjects[0] if subjects else None
 
 
+class _Sources:
+    """A decoder that parses only a session's second event: the source it
+    names if it is a fork (``session_forked``), else ``None``."""
+
+    def decode(self, stored: StoredEvent) -> str | None:
+        if stored.seq != 2 or stored.tag != "session_forked":
+            return None
+        source = stored.payload.get("source")
+        return source if isinstance(source, str) else None
+
+    def decode_rows(
+        self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
+    ) -> list[str | None]:
+        out: list[str | None] = []
+        for seq, tag, _version, text in rows:
+            if seq != 2 or tag != "session_forked":
+                out.append(None)
+                continue
+            try:
+                payload: Any = json.loads(text)
+            except ValueError as exc:
+                raise PayloadNotJSON(f"the payload is not JSON: {exc}") from exc
+            source = payload.get("source") if type(payload) is dict else None
+            out.append(source if isinstance(source, str) else None)
+        return out
+
+
+def _second(_sid: str, sources: list[str | None]) -> str | None:
+    return sources[1] if len(sources) > 1 else None
+
+
+async def forks_of(store: EventStore, session_id: str) -> list[str]:
+    """Every fork of ``session_id`` in ``store``, and every fork of those,
+    the deepest first (the order to erase them in: a fork never outlives
+    the session it shares turns with).
+
+    Cancellation: only reads; a cancelled scan changed nothing.
+    """
+    ids = await store.session_ids()
+    decoder = _Sources()
+    children: dict[str, list[str]] = {}  # source -> its forks
+    for i in range(0, len(ids), _SLICE):
+        got = await store.read_decoded_many(ids[i : i + _SLICE], decoder, _second)
+        for sid, source in got.items():
+            if source is not None:
+                children.setdefault(source, []).append(sid)
+    out: list[str] = []
+    seen = {session_id}
+
+    def walk(parent: str) -> None:
+        for child in children.get(parent, ()):
+            if child not in seen:
+                seen.add(child)
+                walk(child)
+                out.append(child)
+
+    walk(session_id)
+    return out
+
+
+async def _sources(store: EventStore) -> set[str]:
+    ids = await store.session_ids()
+    found: set[str] = set()
+    for i in range(0, len(ids), _SLICE):
+        got = await store.read_decoded_many(ids[i : i + _SLICE], _Sources(), _second)
+        found.update(source for source in got.values() if source is not None)
+    return found
+
+
+async def with_forks(store: EventStore, session_ids: Sequence[str]) -> list[str]:
+    """``session_ids`` with the forks of each (:func:`forks_of`) before it:
+    the sessions an erasure of ``session_ids`` erases, in its order.
+
+    Cancellation: only reads; a cancelled scan changed nothing.
+    """
+    out: list[str] = []
+    for sid in session_ids:
+        for one in (*await forks_of(store, sid), sid):
+            if one not in out:
+                out.append(one)
+    return out
+
+
 async def sessions_of_subject(store: EventStore, subject: str) -> list[str]:
     """Every session of ``store`` whose ``SessionStarted`` names ``subject``,
     in order of first event.
@@ -81,7 +166,10 @@ async def plan_store(
     Cancellation: only reads; a cancelled plan changed nothing.
     """
     steps: list[RetentionStep] = []
-    left_out = set(skip)
+    # A session that forks share turns with is neither trimmed (their
+    # turns are counted on its events) nor erased for idleness while they
+    # are kept: a fork holds its source; an explicit erasure takes both.
+    left_out = set(skip) | await _sources(store)
     for sid in await store.session_ids():
         if sid in left_out:
             continue
@@ -135,7 +223,9 @@ async def erase_all(
 
 async def erase_sessions(store: EventStore, session_ids: Sequence[str]) -> list[Erasure]:
     """Erase each of ``session_ids`` from a store no hub is running on (the
-    ``turnledger erase`` command), logging each (``session_erased``).
+    ``turnledger erase`` command), logging each (``session_erased``). The
+    forks of each (:func:`forks_of`) are erased before it, as
+    :meth:`Hub.erase` erases them; their records come first in the result.
 
     Raises:
         UnknownSession: one of them is not in the store; the ones before it
@@ -146,6 +236,10 @@ async def erase_sessions(store: EventStore, session_ids: Sequence[str]) -> list[
     """
     out = []
     for sid in session_ids:
+        for fork in await forks_of(store, sid):
+            record = await store.erase(fork)
+            log_step(fork, record, "erase")
+            out.append(record)
         record = await store.erase(sid)
         log_step(sid, record, "erase")
         out.append(record)

@@ -20,6 +20,7 @@ from ..events import (
     BranchSwitched,
     CompletionIgnored,
     Event,
+    SessionForked,
     SessionStarted,
     ToolCallsRequested,
     ToolResultRecorded,
@@ -76,6 +77,7 @@ EVENTS: Final[dict[str, str]] = {
     "context_window_fallback": "warning",
     "session_erased": "info",
     "session_trimmed": "info",
+    "session_forked": "info",
 }
 
 #: Every key that may appear in those lines (besides structlog's own
@@ -121,6 +123,12 @@ FIELDS: Final[frozenset[str]] = frozenset(
         "kept",
         "turns",
         "session_hash",
+        "source",
+        "source_seq",
+        "branch",
+        "parent",
+        "at_turn",
+        "kind",
     }
 )
 
@@ -217,6 +225,13 @@ def transition_fields(event: Event) -> dict[str, Any]:
     if isinstance(event, BranchSwitched):
         out["request_id"] = None
         out["branch"] = event.branch
+        return out
+    if isinstance(event, SessionForked):
+        out["request_id"] = None
+        out["source"] = event.source
+        out["source_seq"] = event.source_seq
+        out["branch"] = event.branch
+        out["at_turn"] = event.at_turn
         return out
     out["request_id"] = event.request_id
     if isinstance(event, BranchStarted):

@@ -9,6 +9,7 @@ import trio
 
 from .._errors import ReplayError
 from ..events import DEFAULT_CODEC, EventStore
+from ..sessions._forks import replay_stored
 from ..sessions._machine import SessionState, replay
 from ..sessions._snapshot import (
     Snapshot,
@@ -74,7 +75,7 @@ async def recover_state(
             else:
                 log.debug("snapshot_used", version=snap.version, bytes=len(snap.body))
                 return state, snap.version
-    return replay(await store.read_decoded(session_id, DEFAULT_CODEC)), 0
+    return await replay_stored(store, session_id), 0
 
 
 async def write_snapshot(
@@ -91,11 +92,13 @@ async def write_snapshot(
 
     A session that has branched is not snapshotted: a snapshot holds one
     path of turns, and the tree is rebuilt from the events (after the last
-    snapshot taken before the session branched, if any).
+    snapshot taken before the session branched, if any). Nor is a fork: its
+    snapshot would hold a copy of the turns it shares with its source,
+    which the source's erasure could not reach.
 
     Cancellation: a cancelled call saved the snapshot or did not.
     """
-    if state.branches:
+    if state.branches or state.fork is not None:
         return False
     try:
         snap = await trio.to_thread.run_sync(

@@ -81,8 +81,10 @@ from .. import (
     DecodeError,
     EncryptionError,
     InvalidCommand,
+    ReplayError,
     SessionBusy,
     SessionClosed,
+    SessionExists,
     SessionOwnedElsewhere,
     StoreError,
     UnknownBranch,
@@ -108,8 +110,8 @@ from ..sessions import (
     is_in_flight,
     plan,
     prompt_token_cap,
-    replay,
 )
+from ..sessions._forks import replay_resolved, seed_of
 from ..wire import loads_object
 from ._cluster import Node, NotTaken
 from ._ids import unquote_id
@@ -604,6 +606,8 @@ class _Service:
             return ApiError(404, "unknown_branch", str(exc))
         if isinstance(exc, SessionBusy):
             return ApiError(409, "busy", str(exc))
+        if isinstance(exc, SessionExists):
+            return ApiError(400, "session_exists", str(exc))
         if isinstance(exc, InvalidCommand):
             return ApiError(400, "bad_request", str(exc))
         return ApiError(503, "store_error", "the event store failed")
@@ -672,6 +676,38 @@ class _Service:
                 return _json(_branches_json(session_id, await self.hub.branches(session_id)))
         except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
             raise self._hub_error(exc) from None
+
+    async def fork(self, request: Request) -> Response:
+        """POST .../fork ``{"session_id", "at_turn"?}``: a new session that
+        shares this one's first ``at_turn`` turns (all: absent or null) of
+        its active branch, by reference. 201 with the fork's point."""
+        source = _path_id(request, "session_id")
+        body = await self._body(request)
+        _only(body, "session_id", "at_turn")
+        new_id = body.get("session_id")
+        if not isinstance(new_id, str):
+            raise ApiError(400, "bad_field", "session_id must be a string")
+        at_turn = body.get("at_turn")
+        if at_turn is not None and type(at_turn) is not int:
+            raise ApiError(400, "bad_field", "at_turn must be an integer or null")
+        try:
+            async with self.gates.hold(new_id):
+                forked = await self.hub.fork(source, new_id, at_turn)
+        except ReplayError:
+            # a source whose own log does not fold (a fork whose source is gone)
+            raise ApiError(503, "store_error", "the source's log does not fold") from None
+        except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
+            raise self._hub_error(exc) from None
+        return _json(
+            {
+                "session_id": new_id,
+                "source": forked.source,
+                "source_seq": forked.source_seq,
+                "branch": forked.branch,
+                "at_turn": forked.at_turn,
+            },
+            status=201,
+        )
 
     async def branches(self, request: Request) -> Response:
         """GET .../branches: every branch, ``main`` first, and the active one."""
@@ -1137,7 +1173,10 @@ class _Service:
         after = _int_param(request, "after", 0, low=0, high=10**18)
         ids = await self.store.session_ids()
         page = ids[after : after + limit]
-        items = [session_summary(sid, await self.store.read(sid)) for sid in page]
+        items = []
+        for sid in page:
+            stored = await self.store.read(sid)
+            items.append(session_summary(sid, stored, seed=await seed_of(self.store, stored)))
         nxt = after + len(page) if after + len(page) < len(ids) else None
         return _json({"sessions": items, "total": len(ids), "next": nxt})
 
@@ -1206,26 +1245,33 @@ class _Service:
         at = _int_param(request, "at", len(events), low=1, high=10**18)
         if at > len(events):
             raise ApiError(404, "unknown_seq", f"the session has {len(events)} events")
-        return _json(_state_json(session_id, replay(events[:at])))
+        try:
+            state = await replay_resolved(self.store, events[:at])
+        except ReplayError as exc:
+            raise ApiError(503, "store_error", f"the log does not fold: {exc}") from None
+        return _json(_state_json(session_id, state))
 
     async def timeline(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
-        return _json(timeline_model(session_id, await self._stored(session_id)))
+        stored = await self._stored(session_id)
+        seed = await seed_of(self.store, stored)
+        return _json(timeline_model(session_id, stored, seed=seed))
 
     async def follow(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
         stored = await self._stored(session_id)
+        seed = await seed_of(self.store, stored)
 
         async def events() -> AsyncIterator[bytes]:
             seen = list(stored)
-            yield _sse("timeline", timeline_model(session_id, seen))
+            yield _sse("timeline", timeline_model(session_id, seen, seed=seed))
             while not self.stopping.is_set():
                 with trio.move_on_after(self.settings.follow_interval):
                     await self.stopping.wait()
                 more = await self.store.read(session_id, seen[-1].seq)
                 if more:
                     seen.extend(more)
-                    yield _sse("timeline", timeline_model(session_id, seen))
+                    yield _sse("timeline", timeline_model(session_id, seen, seed=seed))
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
@@ -1687,6 +1733,7 @@ def create_app(
             Route(f"/v1/sessions/{sid}/regenerate", svc.regenerate, methods=["POST"]),
             Route(f"/v1/sessions/{sid}/switch", svc.switch, methods=["POST"]),
             Route(f"/v1/sessions/{sid}/branches", svc.branches),
+            Route(f"/v1/sessions/{sid}/fork", svc.fork, methods=["POST"]),
             Route(f"{turn}/stream", svc.reattach),
             Route(f"{turn}/cancel", svc.cancel, methods=["POST"]),
         ],

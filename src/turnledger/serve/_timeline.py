@@ -25,6 +25,8 @@ from importlib import resources
 from typing import Any
 
 from ..events import EventStore, StoredEvent
+from ..sessions import SessionState
+from ..sessions._forks import seed_of
 from ..text import INVISIBLE_RANGES, visible
 from ..timeline import explain, phase_name, session_summary, timeline
 
@@ -40,12 +42,14 @@ __all__ = [
 ]
 
 
-def timeline_model(session_id: str, stored: Sequence[StoredEvent]) -> dict[str, Any]:
+def timeline_model(
+    session_id: str, stored: Sequence[StoredEvent], *, seed: SessionState | None = None
+) -> dict[str, Any]:
     """The session's timeline (:func:`turnledger.timeline.timeline`) as the
     JSON the page draws and ``GET /v1/sessions/{id}/timeline`` returns: one
     row per request id (:meth:`turnledger.timeline.Row.as_json`) and the
-    history."""
-    return timeline(session_id, stored).as_json()
+    history (``seed``: a fork's shared turns, see ``timeline``)."""
+    return timeline(session_id, stored, seed=seed).as_json()
 
 
 async def session_page(store: EventStore, session_id: str) -> str | None:
@@ -58,7 +62,10 @@ async def session_page(store: EventStore, session_id: str) -> str | None:
     stored = await store.read(session_id)
     if not stored:
         return None
-    return render_page(timeline_model(session_id, stored), title=f"turnledger: {session_id}")
+    seed = await seed_of(store, stored)
+    return render_page(
+        timeline_model(session_id, stored, seed=seed), title=f"turnledger: {session_id}"
+    )
 
 
 def _asset(name: str) -> str:

@@ -4,7 +4,7 @@ The tree shows the boundary. The modules of this folder are the pure core:
 ``_machine`` (``decide``/``evolve``/``replay`` and the transition tables),
 ``_phases`` (what each phase holds), ``_budgets`` (the token caps),
 ``_messages``, ``_history``, ``_results``, ``_projection``, ``_request`` (the
-request encoder), ``_replay`` and ``_diagram``; they import no trio, httpx,
+request encoder), ``_replay``, ``_forks`` and ``_diagram``; they import no trio, httpx,
 sqlite3 or structlog (``tests/test_architecture.py`` checks every module of
 the folder). The trio runtime (``open_hub`` and its types: hub, actors,
 tickets, log vocabulary) lives in :mod:`turnledger.runtime`. It stays
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ._branches import Branch, BranchInfo
+from ._forks import fork_events, fork_seed, replay_sessions, replay_stored
 from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
 from ._machine import (
     EVENT_TRANSITIONS,
@@ -94,7 +95,6 @@ from ._projection import (
     build_messages,
     plan,
 )
-from ._replay import replay_sessions
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, Role
 from ._results import CommittedResult, DiscardedResult, RejectedResult, TurnResult
 from ._retention import RetentionPolicy, RetentionStep, plan_retention, subject_of
@@ -106,9 +106,11 @@ if _TYPE_CHECKING:
         HubStatistics,
         TurnHandle,
         erase_sessions,
+        forks_of,
         open_hub,
         prune_store,
         sessions_of_subject,
+        with_forks,
     )
 
 __all__ = [
@@ -179,6 +181,9 @@ __all__ = [
     "ending_of",
     "erase_sessions",
     "evolve",
+    "fork_events",
+    "fork_seed",
+    "forks_of",
     "initial_state",
     "is_in_flight",
     "open_hub",
@@ -188,9 +193,11 @@ __all__ = [
     "prune_store",
     "replay",
     "replay_sessions",
+    "replay_stored",
     "request_messages",
     "sessions_of_subject",
     "subject_of",
+    "with_forks",
 ]
 
 _LAZY = {
@@ -198,9 +205,11 @@ _LAZY = {
     "HubStatistics",
     "TurnHandle",
     "erase_sessions",
+    "forks_of",
     "open_hub",
     "prune_store",
     "sessions_of_subject",
+    "with_forks",
 }
 
 

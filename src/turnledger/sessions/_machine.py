@@ -77,6 +77,7 @@ from ..events import (
     CompletionIgnored,
     Event,
     RequestId,
+    SessionForked,
     SessionStarted,
     StreamStarted,
     ToolCall,
@@ -250,6 +251,9 @@ TRANSITIONS: Final[_MessageTable] = {
 EVENT_TRANSITIONS: Final[_EventTable] = {
     Idle: {
         SessionStarted: Idle,
+        # A fork's second event, right after its SessionStarted: at rest
+        # with the turns it shares, as after their last commit.
+        SessionForked: Committed,
         TurnSubmitted: Pending,
         TurnRejected: None,
         CompletionIgnored: None,
@@ -763,6 +767,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         "overflow_cap": state.overflow_cap,
         "active_branch": state.active_branch,
         "branches": state.branches,
+        "fork": state.fork,
     }
     if isinstance(event, SessionStarted):
         if state.config is not None or state.version != 0:
@@ -771,6 +776,18 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         return Idle(**base)
     if state.config is None:
         raise ReplayError(f"{type(event).__name__} before SessionStarted")
+    if isinstance(event, SessionForked):
+        if state.version != 1 or state.fork is not None:
+            raise ReplayError("SessionForked must follow SessionStarted at once, once")
+        if len(state.turns) != event.at_turn:
+            # The prefix lives in the source's events: a plain fold cannot
+            # see it (replay the fork through the store, see ``_forks``).
+            raise ReplayError(
+                f"a fork of {event.source!r} at turn {event.at_turn} whose shared turns "
+                f"were not resolved ({len(state.turns)} given)"
+            )
+        base["fork"] = event
+        return Committed(**base)
     if type(event) is TurnSubmitted:
         if event.request_id in state.endings:
             raise ReplayError(f"request {event.request_id!r} submitted twice")

@@ -15,7 +15,7 @@ from typing import Final, TypeAlias
 
 import attrs
 
-from ..events import MAIN_BRANCH, BranchId, RequestId, SessionStarted
+from ..events import MAIN_BRANCH, BranchId, RequestId, SessionForked, SessionStarted
 from ._branches import Branch, BranchInfo, branch_records, find_branch, infos
 from ._history import Ending, Endings, History, ToolRound, Turn
 
@@ -84,6 +84,10 @@ class _State:
     #: Every branch's record (the active one's as it was when it was last
     #: left); ``()`` until the first branch starts (see ``_branches``).
     branches: tuple[Branch, ...] = ()
+    #: A fork: where its first turns come from (``None``: not a fork). The
+    #: shared turns themselves are in ``turns``, resolved from the source's
+    #: events when the fork was read (see ``_forks``).
+    fork: SessionForked | None = None
 
     @property
     def context(self) -> tuple[Turn, ...]:

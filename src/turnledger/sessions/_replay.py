@@ -5,8 +5,8 @@ events with :func:`~turnledger.sessions.evolve`, which builds an event per
 row and a new phase object per event. When only the final state is wanted,
 most of that is thrown away: a turn's ``TurnSubmitted``, ``StreamStarted``
 and ``TurnCommitted`` leave behind one :class:`Turn` and one :class:`Ending`.
-So :func:`replay_sessions` reads rows through :class:`StateDecoder`, which
-turns the payloads of those three events (current schema version, exactly
+So ``replay_sessions`` (in ``_forks``) reads rows through :class:`StateDecoder`,
+which turns the payloads of those three events (current schema version, exactly
 the shape the codec's strict structurer accepts) into plain tuples, and
 everything else into typed events through the codec; :func:`fold_items`
 then applies the three common events to local variables, and hands any
@@ -18,7 +18,7 @@ the state ``replay`` gives, and an event ``replay`` refuses raises the same
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Final, TypeAlias
 
 from ..events import (
@@ -26,8 +26,8 @@ from ..events import (
     BranchId,
     Event,
     EventCodec,
-    EventStore,
     RequestId,
+    SessionForked,
     StoredEvent,
     StreamStarted,
     TurnCommitted,
@@ -50,7 +50,7 @@ from ._phases import (
     initial_state,
 )
 
-__all__ = ["StateDecoder", "fold_items", "replay_sessions"]
+__all__ = ["Item", "StateDecoder", "fold_items"]
 
 #: A row as the fast fold holds it: a typed event, or one of the tuples below.
 #: ``(_SUBMITTED, request_id, question, turns_sent, turns_dropped,
@@ -286,6 +286,7 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
     overflow_cap = s.overflow_cap
     active_branch = s.active_branch
     branches = s.branches
+    fork = s.fork
     request: InFlight | None = getattr(s, "request", None)
     # The request in flight when the fold's own Submitted started it: its
     # tuple (its InFlight is built only if a state is).
@@ -367,6 +368,7 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
                 request,
                 active_branch,
                 branches,
+                fork,
             )
             dirty = False
         s = evolve(s, _event(item))
@@ -382,6 +384,7 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
         overflow_cap = s.overflow_cap
         active_branch = s.active_branch
         branches = s.branches
+        fork = s.fork
         request = getattr(s, "request", None)
         current = None if request is None else request.request_id
         window = config.policy.max_turns if config and isinstance(config.policy, Window) else 0
@@ -404,6 +407,7 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
             request,
             active_branch,
             branches,
+            fork,
         )
     return s
 
@@ -430,6 +434,7 @@ def _build(
     request: InFlight | None,
     active_branch: BranchId,
     branches: tuple[Branch, ...],
+    fork: SessionForked | None,
 ) -> SessionState:
     """The phase object of the fold's local variables. Only the fast paths
     leave them dirty, and those lead to Pending, Streaming or Committed."""
@@ -445,33 +450,9 @@ def _build(
         "overflow_cap": overflow_cap,
         "active_branch": active_branch,
         "branches": branches,
+        "fork": fork,
     }
     if phase in IN_FLIGHT:
         base["request"] = request
     state: SessionState = phase(**base)
     return state
-
-
-def _fold(session_id: str, items: list[Item]) -> SessionState:
-    return fold_items(items)
-
-
-async def replay_sessions(
-    store: EventStore, session_ids: Sequence[str], *, codec: EventCodec = DEFAULT_CODEC
-) -> dict[str, SessionState]:
-    """The state of each session in ``session_ids``, replayed from ``store``.
-
-    One :meth:`~turnledger.events.EventStore.read_decoded_many`: stores that
-    read on an I/O thread make one trip, from one snapshot, and fold each
-    session there, so only one session's events are held at a time. A
-    session without events has the initial state. For very many sessions,
-    call it once per slice of ids to bound the memory of the result.
-
-    The fold is :func:`fold_items` over :class:`StateDecoder`'s items: the
-    state :func:`~turnledger.sessions.replay` would give, without building
-    the events of common turns (see the module's docstring).
-
-    Cancellation: a cancelled call returns nothing and changes nothing; a
-    store that reads on a thread may finish the read there and drop it.
-    """
-    return await store.read_decoded_many(session_ids, StateDecoder(codec), _fold)

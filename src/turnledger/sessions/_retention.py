@@ -75,7 +75,9 @@ class RetentionStep:
     turns: int = 0
 
 
-_BRANCH_TAGS = frozenset({"branch_started", "branch_switched"})
+#: Tags whose session a trim keeps whole: a branch (its point is a place on
+#: its parent's path) and a fork (its turns are counted from its source's).
+_BRANCH_TAGS = frozenset({"branch_started", "branch_switched", "session_forked"})
 
 
 def subject_of(stored: Sequence[StoredEvent]) -> str | None:
@@ -118,7 +120,8 @@ def plan_retention(
         return None  # not a log this release can cut safely: kept whole
     if any(ev.tag in _BRANCH_TAGS for ev in stored):
         # A branch keeps turns by their place on its parent's path: cutting
-        # the oldest turns would move every branch point. Kept whole.
+        # the oldest turns would move every branch point (and a fork's own
+        # turns follow the ones it shares). Kept whole.
         return None
     kept = [stored[0], *(ev for ev in stored if ev.seq >= cut)]
     keep = tuple(

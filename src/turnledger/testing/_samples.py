@@ -9,6 +9,8 @@ from ..events import (
     CompletionIgnored,
     Event,
     RequestId,
+    SessionForked,
+    SessionId,
     SessionStarted,
     StreamStarted,
     ToolCall,
@@ -66,4 +68,5 @@ def sample_events() -> list[Event]:
         TurnRetried(_R, "context_overflow", awkward, 1, 3, 600, 150),
         BranchStarted(BranchId("b1"), BranchId("main"), 2, "edit", RequestId("r-3")),
         BranchSwitched(BranchId("main")),
+        SessionForked(SessionId("s-source"), 12, BranchId("b1"), 3),
     ]

@@ -15,6 +15,7 @@ from ..events import (
     BranchSwitched,
     CompletionIgnored,
     Event,
+    SessionForked,
     SessionStarted,
     StoredEvent,
     StreamStarted,
@@ -532,6 +533,11 @@ def _reason(event: Event, estimated: int | None, budget: int | None) -> tuple[st
         )
     if isinstance(event, BranchSwitched):
         return "switch", f"active branch: {event.branch}"
+    if isinstance(event, SessionForked):
+        return "fork", (
+            f"fork of {event.source}: shares its first {event.at_turn} turns of branch "
+            f"{event.branch} (as of its event {event.source_seq})"
+        )
     if isinstance(event, SessionStarted) and event.context_window is not None:
         return "", (
             f"context window {event.context_window} tokens ({event.window_source}), "
@@ -720,21 +726,33 @@ def _in_flight(state: SessionState) -> str | None:
     return str(request.request_id) if is_in_flight(state) and request is not None else None
 
 
-def timeline(session_id: str, stored: Sequence[StoredEvent]) -> Timeline:
+def timeline(
+    session_id: str, stored: Sequence[StoredEvent], *, seed: SessionState | None = None
+) -> Timeline:
     """The timeline of one session's stored events (in log order).
+
+    ``seed``: for a fork, the state its events fold from (its shared turns,
+    from :func:`turnledger.sessions._forks.seed_of`); the rows are the
+    fork's own requests, its history includes the shared turns.
 
     Raises what decoding and replay raise on a damaged log
     (:class:`~turnledger.DecodeError`, :class:`~turnledger.ReplayError`).
     """
-    return _build(session_id, stored, steps=True)
+    return _build(session_id, stored, steps=True, seed=seed)
 
 
-def _build(session_id: str, stored: Sequence[StoredEvent], *, steps: bool) -> Timeline:
+def _build(
+    session_id: str,
+    stored: Sequence[StoredEvent],
+    *,
+    steps: bool,
+    seed: SessionState | None = None,
+) -> Timeline:
     # Without steps (what a summary needs) no line of text is written and
     # no budget is projected: the rows only, at about the cost of a replay.
     drafts: dict[str, _Draft] = {}
     session_steps: list[Step] = []
-    state: SessionState = initial_state()
+    state: SessionState = initial_state() if seed is None else seed
     superseded: _Draft | None = None
     switches: list[BranchSwitch] = []
     for env in stored:
@@ -848,7 +866,9 @@ def _step(
 # --- the summary --------------------------------------------------------------
 
 
-def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str, Any]:
+def session_summary(
+    session_id: str, stored: Sequence[StoredEvent], *, seed: SessionState | None = None
+) -> dict[str, Any]:
     """One session in a list: ``turnledger sessions --json`` and
     ``GET /v1/sessions`` print these keys.
 
@@ -866,7 +886,7 @@ def session_summary(session_id: str, stored: Sequence[StoredEvent]) -> dict[str,
     - ``turns_dropped``: how many turns the last request left out;
       ``context_overflows``: requests the server refused as too long.
     """
-    tl = _build(session_id, stored, steps=False)
+    tl = _build(session_id, stored, steps=False, seed=seed)
     counts = {"committed": 0, "discarded": 0, "rejected": 0, "ignored": 0}
     tokens = {"prompt_tokens": 0, "completion_tokens": 0, "estimated_prompt_tokens": 0}
     last: tuple[int, str] | None = None
