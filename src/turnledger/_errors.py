@@ -6,7 +6,9 @@
     ├── InvalidCommand          the caller broke the state machine; state unchanged
     │   ├── UnknownTurn             an edit or regenerate of a turn the branch does not have
     │   ├── UnknownBranch           a switch to a branch the session does not have
-    │   └── SessionBusy             a switch while a turn is in flight (busy policy: reject)
+    │   ├── UnknownPin              an unpin of an item the session has not pinned
+    │   └── SessionBusy             a switch or a pin while a turn is in flight
+    ├── SummaryFailed           a summarizer failed, timed out or was cancelled
     ├── ReplayError             a stored log does not fold; the log is suspect
     ├── SessionClosed           the session or hub was used after it closed
     ├── ProviderSettingsError   no provider can be built from these settings
@@ -56,9 +58,11 @@ __all__ = [
     "StoreFull",
     "StoreUnavailable",
     "StreamProtocolError",
+    "SummaryFailed",
     "TurnLedgerError",
     "UnknownBranch",
     "UnknownEventTag",
+    "UnknownPin",
     "UnknownSession",
     "UnknownTurn",
     "WrongEventLoop",
@@ -83,6 +87,17 @@ class UnknownTurn(InvalidCommand, LookupError):
 
 class UnknownBranch(InvalidCommand, LookupError):
     """A switch names a branch the session does not have. Nothing was written."""
+
+
+class UnknownPin(InvalidCommand, LookupError):
+    """An unpin names an item the session has not pinned (or unpinned
+    already). Nothing was written."""
+
+
+class SummaryFailed(TurnLedgerError):
+    """A summarizer raised, timed out or was cancelled, or its text cannot be
+    recorded. Nothing was written; no turn was changed or held up. The
+    message names the cause's type, never what a provider answered."""
 
 
 class SessionBusy(InvalidCommand):

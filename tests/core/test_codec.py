@@ -52,6 +52,10 @@ def test_wire_tags_are_an_explicit_frozen_table() -> None:
         "TurnRetried": "turn_retried",
         "BranchStarted": "branch_started",
         "BranchSwitched": "branch_switched",
+        "SummaryRecorded": "summary_recorded",
+        "SummarySent": "summary_sent",
+        "PinAdded": "pin_added",
+        "PinRemoved": "pin_removed",
     }
     assert set(SCHEMA_VERSIONS) == set(WIRE_TAGS.values())
 

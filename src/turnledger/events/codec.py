@@ -28,8 +28,12 @@ from ._events import (
     Event,
     HistoryPolicy,
     Ledger,
+    PinAdded,
+    PinRemoved,
     SessionStarted,
     StreamStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCallsRequested,
     ToolResultRecorded,
     ToolRoundSubmitted,
@@ -74,6 +78,10 @@ WIRE_TAGS: Final[Mapping[type[Any], str]] = {
     TurnRetried: "turn_retried",
     BranchStarted: "branch_started",
     BranchSwitched: "branch_switched",
+    SummaryRecorded: "summary_recorded",
+    SummarySent: "summary_sent",
+    PinAdded: "pin_added",
+    PinRemoved: "pin_removed",
 }
 _CLASSES: Final[Mapping[str, type[Any]]] = {tag: cls for cls, tag in WIRE_TAGS.items()}
 
@@ -92,6 +100,10 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "turn_retried": 1,
     "branch_started": 1,
     "branch_switched": 1,
+    "summary_recorded": 1,
+    "summary_sent": 1,
+    "pin_added": 1,
+    "pin_removed": 1,
 }
 
 #: The only field of an encrypted payload (see

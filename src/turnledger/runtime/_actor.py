@@ -79,10 +79,14 @@ from ..events import (
     BranchSwitched,
     CompletionIgnored,
     Event,
+    PinAdded,
+    PinRemoved,
     RequestId,
     SessionStarted,
     StoredEvent,
     StreamStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCall,
     ToolCallsRequested,
     ToolResultRecorded,
@@ -112,6 +116,8 @@ from ..sessions._messages import (
     Failure,
     Interrupt,
     Message,
+    Pin,
+    RecordSummary,
     Regenerate,
     ResponseStarted,
     Start,
@@ -119,6 +125,7 @@ from ..sessions._messages import (
     Switch,
     Timeout,
     ToolDone,
+    Unpin,
 )
 from ..sessions._ports import ChatRequest, Completion
 from ..sessions._results import (
@@ -161,7 +168,9 @@ Item: TypeAlias = tuple[Message, Ticket | None]
 #: (an edit and a regenerate ask on a new branch).
 _ASKS: Final = (Submit, Edit, Regenerate)
 #: Messages a caller sends with a ticket: the asks and a switch.
-_COMMANDS: Final = (Submit, Edit, Regenerate, Switch)
+#: Commands whose ticket is settled once recorded (no turn to report).
+_SETTLED: Final = (Switch, RecordSummary, Pin, Unpin)
+_COMMANDS: Final = (Submit, Edit, Regenerate, *_SETTLED)
 
 #: An entry of :data:`EFFECTS`: ``(actor, message, event, state after the
 #: step, now)``; the event is of the type the entry is keyed by.
@@ -1068,9 +1077,9 @@ class Actor:
                     raise
         state = self.state
         for msg, ticket in batch:
-            if ticket is not None and isinstance(msg, Switch):
+            if ticket is not None and isinstance(msg, _SETTLED):
                 # Recorded (a write whose answer was lost) or not.
-                if state.active_branch == msg.branch:
+                if _recorded(state, msg):
                     ticket.settle()
                 else:
                     ticket.fail(exc)
@@ -1176,8 +1185,8 @@ class Actor:
                 # is one of these, and every streamed turn records one.)
                 if effect is not None:
                     effect(self, msg, ev, after, now)
-            if ticket is not None and isinstance(msg, Switch):
-                ticket.settle()  # switched (or already on that branch)
+            if ticket is not None and isinstance(msg, _SETTLED):
+                ticket.settle()  # recorded (or nothing to record: already so)
             if not events and ticket is not None and isinstance(msg, _ASKS):
                 # A request id seen before: a client retry, never recorded twice.
                 ending = ending_of(after, msg.request_id)
@@ -1549,4 +1558,20 @@ EFFECTS: Final[Mapping[type[Event], _Effect | None]] = {
     # TurnSubmitted follows) or switched (its caller's ticket is settled).
     BranchStarted: None,
     BranchSwitched: None,
+    # Summaries and pins change what later requests carry, nothing now (a
+    # request's SummarySent is read when it is built).
+    SummaryRecorded: None,
+    SummarySent: None,
+    PinAdded: None,
+    PinRemoved: None,
 }
+
+
+def _recorded(state: SessionState, msg: Switch | RecordSummary | Pin | Unpin) -> bool:
+    """Whether ``state`` shows the settled command ``msg`` as done."""
+    if isinstance(msg, Switch):
+        return state.active_branch == msg.branch
+    if isinstance(msg, RecordSummary):
+        return any(x.request_id == msg.request_id for x in state.summaries)
+    pinned = any(p.pin_id == msg.pin_id for p in state.pins)
+    return pinned if isinstance(msg, Pin) else not pinned

@@ -20,7 +20,11 @@ from ..events import (
     BranchSwitched,
     CompletionIgnored,
     Event,
+    PinAdded,
+    PinRemoved,
     SessionStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCallsRequested,
     ToolResultRecorded,
     ToolRoundSubmitted,
@@ -39,11 +43,14 @@ from ..sessions._messages import (
     Failed,
     Interrupt,
     Message,
+    Pin,
+    RecordSummary,
     Regenerate,
     Start,
     Submit,
     Switch,
     Timeout,
+    Unpin,
     safe_finish_reason,
 )
 
@@ -191,6 +198,15 @@ def message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
     elif isinstance(msg, Start):
         out["request_id"] = None
         out["stale"] = False
+    elif isinstance(msg, (Pin, Unpin)):
+        out["request_id"] = current
+        out["stale"] = False
+        out["pin_id"] = msg.pin_id
+    elif isinstance(msg, RecordSummary):
+        # The summarizing request's id (never the text).
+        out["request_id"] = msg.request_id
+        out["stale"] = any(x.request_id == msg.request_id for x in state.summaries)
+        out["summary_chars"] = len(msg.text)
     else:
         out["request_id"] = msg.request_id
         out["stale"] = msg.request_id != current
@@ -216,6 +232,13 @@ def transition_fields(event: Event) -> dict[str, Any]:
     if isinstance(event, BranchSwitched):
         out["request_id"] = None
         out["branch"] = event.branch
+        return out
+    if isinstance(event, (PinAdded, PinRemoved)):
+        # Its id and size, never its text.
+        out["request_id"] = None
+        out["pin_id"] = event.pin_id
+        if isinstance(event, PinAdded):
+            out["pin_chars"] = len(event.text)
         return out
     out["request_id"] = event.request_id
     if isinstance(event, BranchStarted):
@@ -263,6 +286,17 @@ def transition_fields(event: Event) -> dict[str, Any]:
     elif isinstance(event, ToolRoundSubmitted):
         out["round"] = event.round
         out["request_bytes"] = event.request_bytes
+    elif isinstance(event, SummaryRecorded):
+        out["summary_id"] = event.summary_id
+        out["branch"] = event.branch
+        out["start"] = event.start
+        out["end"] = event.end
+        out["origin"] = event.origin
+        out["summary_bytes"] = event.size_bytes
+        out["estimated_tokens"] = event.estimated_tokens
+        _usage_fields(out, event.usage)
+    elif isinstance(event, SummarySent):
+        out["summary_id"] = event.summary_id
     return out
 
 

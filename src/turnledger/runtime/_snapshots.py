@@ -91,11 +91,12 @@ async def write_snapshot(
 
     A session that has branched is not snapshotted: a snapshot holds one
     path of turns, and the tree is rebuilt from the events (after the last
-    snapshot taken before the session branched, if any).
+    snapshot taken before the session branched, if any). Nor is one with
+    pinned items or summaries: they are rebuilt from their events too.
 
     Cancellation: a cancelled call saved the snapshot or did not.
     """
-    if state.branches:
+    if state.branches or state.pins or state.summaries:
         return False
     try:
         snap = await trio.to_thread.run_sync(

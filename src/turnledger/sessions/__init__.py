@@ -60,6 +60,7 @@ from ._machine import (
     prompt_token_cap,
     replay,
     request_messages,
+    summary_of,
 )
 from ._messages import (
     Cancel,
@@ -69,6 +70,8 @@ from ._messages import (
     Failure,
     Interrupt,
     Message,
+    Pin,
+    RecordSummary,
     Regenerate,
     ResponseStarted,
     Start,
@@ -76,6 +79,7 @@ from ._messages import (
     Switch,
     Timeout,
     ToolDone,
+    Unpin,
 )
 from ._ports import (
     AnswersAtOnce,
@@ -146,8 +150,10 @@ __all__ = [
     "Message",
     "ModelInfo",
     "Pending",
+    "Pin",
     "Plan",
     "Provider",
+    "RecordSummary",
     "Regenerate",
     "RejectedResult",
     "RequestEncoder",
@@ -172,6 +178,7 @@ __all__ = [
     "Turn",
     "TurnHandle",
     "TurnResult",
+    "Unpin",
     "branch_turns",
     "branches_of",
     "build_messages",
@@ -191,6 +198,7 @@ __all__ = [
     "request_messages",
     "sessions_of_subject",
     "subject_of",
+    "summary_of",
 ]
 
 _LAZY = {

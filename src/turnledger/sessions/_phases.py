@@ -15,7 +15,7 @@ from typing import Final, TypeAlias
 
 import attrs
 
-from ..events import MAIN_BRANCH, BranchId, RequestId, SessionStarted
+from ..events import MAIN_BRANCH, BranchId, PinAdded, RequestId, SessionStarted, SummaryRecorded
 from ._branches import Branch, BranchInfo, branch_records, find_branch, infos
 from ._history import Ending, Endings, History, ToolRound, Turn
 
@@ -55,6 +55,8 @@ class InFlight:
     estimated_prompt_tokens: int | None = None
     #: 1, or 2 once it went out again after a context overflow.
     attempt: int = 1
+    #: The summary sent in place of the turns dropped (``None``: none).
+    summary_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -84,6 +86,10 @@ class _State:
     #: Every branch's record (the active one's as it was when it was last
     #: left); ``()`` until the first branch starts (see ``_branches``).
     branches: tuple[Branch, ...] = ()
+    #: The items pinned now, in the order they were pinned.
+    pins: tuple[PinAdded, ...] = ()
+    #: Every summary recorded, in the order they were (of any branch).
+    summaries: tuple[SummaryRecorded, ...] = ()
 
     @property
     def context(self) -> tuple[Turn, ...]:

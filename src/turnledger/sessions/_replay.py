@@ -27,9 +27,11 @@ from ..events import (
     Event,
     EventCodec,
     EventStore,
+    PinAdded,
     RequestId,
     StoredEvent,
     StreamStarted,
+    SummaryRecorded,
     TurnCommitted,
     TurnSubmitted,
     Usage,
@@ -286,6 +288,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
     overflow_cap = s.overflow_cap
     active_branch = s.active_branch
     branches = s.branches
+    pins = s.pins
+    summaries = s.summaries
     request: InFlight | None = getattr(s, "request", None)
     # The request in flight when the fold's own Submitted started it: its
     # tuple (its InFlight is built only if a state is).
@@ -367,6 +371,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
                 request,
                 active_branch,
                 branches,
+                pins,
+                summaries,
             )
             dirty = False
         s = evolve(s, _event(item))
@@ -382,6 +388,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
         overflow_cap = s.overflow_cap
         active_branch = s.active_branch
         branches = s.branches
+        pins = s.pins
+        summaries = s.summaries
         request = getattr(s, "request", None)
         current = None if request is None else request.request_id
         window = config.policy.max_turns if config and isinstance(config.policy, Window) else 0
@@ -404,6 +412,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
             request,
             active_branch,
             branches,
+            pins,
+            summaries,
         )
     return s
 
@@ -430,6 +440,8 @@ def _build(
     request: InFlight | None,
     active_branch: BranchId,
     branches: tuple[Branch, ...],
+    pins: tuple[PinAdded, ...],
+    summaries: tuple[SummaryRecorded, ...],
 ) -> SessionState:
     """The phase object of the fold's local variables. Only the fast paths
     leave them dirty, and those lead to Pending, Streaming or Committed."""
@@ -445,6 +457,8 @@ def _build(
         "overflow_cap": overflow_cap,
         "active_branch": active_branch,
         "branches": branches,
+        "pins": pins,
+        "summaries": summaries,
     }
     if phase in IN_FLIGHT:
         base["request"] = request

@@ -75,7 +75,11 @@ class RetentionStep:
     turns: int = 0
 
 
-_BRANCH_TAGS = frozenset({"branch_started", "branch_switched"})
+#: Events that hold turns (or items) by their place in the log: a session
+#: with any of them is never trimmed (kept whole), only erased.
+_BRANCH_TAGS = frozenset(
+    {"branch_started", "branch_switched", "summary_recorded", "pin_added", "pin_removed"}
+)
 
 
 def subject_of(stored: Sequence[StoredEvent]) -> str | None:
@@ -118,7 +122,8 @@ def plan_retention(
         return None  # not a log this release can cut safely: kept whole
     if any(ev.tag in _BRANCH_TAGS for ev in stored):
         # A branch keeps turns by their place on its parent's path: cutting
-        # the oldest turns would move every branch point. Kept whole.
+        # the oldest turns would move every branch point, a summary's turns,
+        # and drop the pins made before the cut. Kept whole.
         return None
     kept = [stored[0], *(ev for ev in stored if ev.seq >= cut)]
     keep = tuple(
