@@ -1312,6 +1312,9 @@ class Actor:
             deadline = now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
             flight = self._flight = _Flight(self, ev.request_id, deadline, now)
             flight.tickets = self._waiting.get(ev.request_id, [])
+            hook = self.rt.on_submitted
+            if hook is not None:
+                hook(self.session_id, after, ev)  # starts a summary, never waits for one
             # Timed once its request goes out (_send_if_due), in this same
             # step: a turn answered at once with its question never is, and
             # the timers' heap does not keep it alive after it ended.

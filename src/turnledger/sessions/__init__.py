@@ -108,6 +108,8 @@ if _TYPE_CHECKING:
     from ..runtime import (
         Hub,
         HubStatistics,
+        ModelSummarizer,
+        SummaryPolicy,
         TurnHandle,
         erase_sessions,
         open_hub,
@@ -149,6 +151,7 @@ __all__ = [
     "JsonChatEncoder",
     "Message",
     "ModelInfo",
+    "ModelSummarizer",
     "Pending",
     "Pin",
     "Plan",
@@ -166,6 +169,7 @@ __all__ = [
     "StreamSink",
     "Streaming",
     "Submit",
+    "SummaryPolicy",
     "Switch",
     "Timeout",
     "TokenEstimator",
@@ -204,6 +208,8 @@ __all__ = [
 _LAZY = {
     "Hub",
     "HubStatistics",
+    "ModelSummarizer",
+    "SummaryPolicy",
     "TurnHandle",
     "erase_sessions",
     "open_hub",
