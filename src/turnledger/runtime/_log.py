@@ -83,6 +83,10 @@ EVENTS: Final[dict[str, str]] = {
     "context_window_fallback": "warning",
     "session_erased": "info",
     "session_trimmed": "info",
+    "summary_started": "info",
+    "summary_recorded": "info",
+    "summary_failed": "warning",
+    "summary_cancelled": "info",
 }
 
 #: Every key that may appear in those lines (besides structlog's own
@@ -127,6 +131,17 @@ FIELDS: Final[frozenset[str]] = frozenset(
         "kept",
         "turns",
         "session_hash",
+        "branch",
+        "start",
+        "end",
+        "summary_id",
+        "tokens",
+        "pin_id",
+        "pin_chars",
+        "origin",
+        "summary_bytes",
+        "summary_chars",
+        "estimated_tokens",
     }
 )
 
