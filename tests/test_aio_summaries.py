@@ -7,30 +7,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-import trio
 
+from test_aio_branches import _replayed
 from turnledger import SummaryFailed, UnknownPin, aio
 from turnledger.adapters.stores import SQLiteStore
-from turnledger.events import DEFAULT_CODEC
 from turnledger.sessions import (
     CommittedResult,
     SessionState,
     SummaryPolicy,
     Turn,
-    replay,
 )
 from turnledger.testing import ScriptedProvider
-
-
-def _replayed(db: Path, session_id: str) -> SessionState:
-    async def read() -> SessionState:
-        store = await SQLiteStore.open(db, read_only=True)
-        try:
-            return replay(await store.read_decoded(session_id, DEFAULT_CODEC))
-        finally:
-            await store.aclose()
-
-    return trio.run(read)
 
 
 def test_summarize_pin_and_a_policy_from_asyncio(tmp_path: Path) -> None:

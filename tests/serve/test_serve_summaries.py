@@ -3,7 +3,6 @@ child process on SQLite, the loopback OpenAI-compatible server behind it."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import httpx
 import pytest
 
 from serve._harness import Serve, loopback, post_turn, running
+from serve.test_serve_branches import _events
 from turnledger.runtime import PROMPTS
 from turnledger.testing import LoopbackServer
 
@@ -24,15 +24,6 @@ def service(
     db = tmp_path_factory.mktemp("summaries") / "serve.db"
     with loopback() as provider, running(db, provider.openai_base_url) as serve:
         yield serve, db, provider
-
-
-def _events(db: Path) -> int:
-    con = sqlite3.connect(db)
-    try:
-        (n,) = con.execute("select count(*) from events").fetchone()
-    finally:
-        con.close()
-    return int(n)
 
 
 def _error(r: httpx.Response, status: int, code: str) -> None:
