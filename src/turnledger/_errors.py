@@ -102,7 +102,8 @@ class SummaryFailed(TurnLedgerError):
 
 class SessionBusy(InvalidCommand):
     """A switch while a turn is in flight, in a session whose busy policy is
-    ``reject`` (under ``supersede`` the turn in flight is discarded first).
+    ``reject`` (under ``supersede`` the turn in flight is discarded first);
+    a pin or an unpin while a turn is in flight, whatever the policy.
     Nothing was written."""
 
 
