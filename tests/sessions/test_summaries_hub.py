@@ -20,14 +20,32 @@ from turnledger import (
 )
 from turnledger.adapters.providers import OpenAIChat
 from turnledger.adapters.stores import open_store
-from turnledger.events import DEFAULT_CODEC, PinAdded, SummaryRecorded, SummarySent
+from turnledger.events import (
+    DEFAULT_CODEC,
+    BranchId,
+    PinAdded,
+    RequestId,
+    SummaryRecorded,
+    SummarySent,
+    TurnSubmitted,
+)
 from turnledger.runtime import PROMPTS
+from turnledger.runtime._summaries import policy_range
 from turnledger.sessions import (
+    Budget,
     CommittedResult,
+    Completed,
     ModelSummarizer,
+    RecordSummary,
     RejectedResult,
+    SessionState,
+    Start,
+    Submit,
     SummaryPolicy,
     Turn,
+    decide,
+    evolve,
+    initial_state,
     open_hub,
     replay,
 )
@@ -308,3 +326,35 @@ async def test_the_policy_summarizes_in_the_background_and_retries_a_failure(
             assert len(await hub.history("s")) == 8
     finally:
         await store.aclose()
+
+
+def test_the_policy_asks_by_dropped_turns_or_by_share_of_the_window() -> None:
+    state: SessionState = initial_state()
+    budget = Budget(max_request_bytes=420)
+
+    def send(msg: object) -> tuple[object, ...]:
+        nonlocal state
+        events = decide(state, msg, budget=budget)  # type: ignore[arg-type]
+        for ev in events:
+            state = evolve(state, ev)
+        return events
+
+    send(Start("be brief", "m", context_window=1000, output_reserve=100, window_source="user"))
+    for i in range(6):
+        send(Submit(RequestId(f"r{i}"), f"question {i}"))
+        send(Completed(RequestId(f"r{i}"), f"answer {i}", "stop"))
+    (sub,) = send(Submit(RequestId("q"), "go on"))
+    assert isinstance(sub, TurnSubmitted) and sub.turns_dropped == 3 and sub.turns_sent == 3
+    assert sub.estimated_prompt_tokens is not None
+    # dropped turns: over N asks, N or more does not
+    # (turns 0 to 3: the three dropped, and half of the three sent)
+    assert policy_range(SummaryPolicy(after_dropped=2), state, sub) == (0, 4)
+    assert policy_range(SummaryPolicy(after_dropped=3), state, sub) is None
+    # the estimated prompt over a share of the window asks; under it does not
+    share = sub.estimated_prompt_tokens / 1000
+    assert policy_range(SummaryPolicy(window_fraction=share * 0.9), state, sub) == (0, 4)
+    assert policy_range(SummaryPolicy(window_fraction=share * 1.1), state, sub) is None
+    # a summary that already covers the dropped turns with room to spare
+    # (recorded while the turn is in flight): none again
+    send(RecordSummary(RequestId("sum"), BranchId("main"), 0, 4, "s", "function", "f"))
+    assert policy_range(SummaryPolicy(after_dropped=0), state, sub) is None
