@@ -25,6 +25,7 @@ from turnledger.sessions import (
     CharTokenEstimator,
     ChatMessage,
     Completed,
+    Edit,
     History,
     JsonChatEncoder,
     Pending,
@@ -268,4 +269,30 @@ def test_summary_usage_and_origin_are_recorded() -> None:
         "sum",
         Usage(40, 8, 48),
     )
+    s.then_replay_matches()
+
+
+def test_a_summary_of_another_branchs_turns_is_never_sent() -> None:
+    s = _walk(Budget(max_request_bytes=420))
+    s.when(RecordSummary(rid("sum-main"), MAIN, 0, 4, "turns 0-3 of main", "function", "f"))
+    # b1 keeps turns 0 and 1 of main, then goes on with turns of its own
+    s.when(Edit(rid("e"), 2, "question 2, asked differently"))
+    s.when(Completed(rid("e"), "answer 2 on b1", "stop"))
+    for i in range(3, 6):
+        s.when(Submit(rid(f"b{i}"), f"question {i} on b1"))
+        s.when(Completed(rid(f"b{i}"), f"answer {i} on b1", "stop"))
+    events = s.when(Submit(rid("q"), "go on"))
+    (sub,) = events
+    # turns are dropped, and the summary's place on b1 would fit (end 4 is
+    # past the first sent turn): but b1's turn 3 is not main's, so never
+    assert isinstance(sub, TurnSubmitted) and sub.turns_dropped >= 1
+    assert len(s.state.turns) - sub.turns_sent <= 4
+    assert s.state.active_branch == "b1"
+    assert "turns 0-3 of main" not in [m.content for m in request_messages(s.state)]  # type: ignore[arg-type]
+    # a summary of b1's own turns 0-4 is sent
+    s.when(Completed(rid("q"), "done", "stop"))
+    s.when(RecordSummary(rid("sum-b1"), BranchId("b1"), 0, 5, "turns 0-4 of b1", "model", "p"))
+    events = s.when(Submit(rid("q2"), "and then?"))
+    assert [type(e) for e in events] == [TurnSubmitted, SummarySent]
+    assert events[1] == SummarySent(rid("q2"), "s2")
     s.then_replay_matches()
