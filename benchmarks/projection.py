@@ -30,6 +30,11 @@ the warm projection after a switch to a branch left long ago (b50), and the
 whole decision of a Submit on it (``decide``: the projection plus the
 event); then whether the goal (under 50 µs) is met. ``--branches-only``
 runs this part alone.
+
+And summaries and pinned items: the same branched session with three items
+pinned and 20 summaries recorded on its active path (one of them covers the
+turns the budget drops, and is sent); a Submit's whole decision and the
+projection against the same session without them, in the same run.
 """
 
 from __future__ import annotations
@@ -44,13 +49,23 @@ sys.path.insert(0, "src")
 
 import attrs
 
-from turnledger.events import BranchId, Ledger, RequestId, SessionStarted, ToolCall, ToolSpec
+from turnledger.events import (
+    BranchId,
+    Ledger,
+    RequestId,
+    SessionStarted,
+    SummarySent,
+    ToolCall,
+    ToolSpec,
+)
 from turnledger.sessions import (
     Budget,
     Completed,
     Edit,
     History,
     Idle,
+    Pin,
+    RecordSummary,
     SessionState,
     Start,
     Submit,
@@ -65,7 +80,7 @@ from turnledger.sessions import (
     plan,
     prompt_token_cap,
 )
-from turnledger.sessions._projection import naive_plan
+from turnledger.sessions._projection import naive_plan, pin_messages
 
 SYSTEM = "你是一个简洁的助手。Answer briefly."
 
@@ -245,6 +260,48 @@ def branched(repeat: int) -> None:
     )
 
 
+def summarized(repeat: int) -> None:
+    q = "现在呢？"
+    plain_state = _branched_session(100, 100)
+    path = plain_state.turns
+    budget = Budget(plan("m", SYSTEM, path, 0, q, Budget(None)).request_bytes // 2)
+    first_sent = len(path) - plan("m", SYSTEM, path, 0, q, budget).turns_sent
+    state = plain_state
+    messages: list[object] = [
+        Pin(f"p{i}", f"pinned fact {i}: " + "x" * 80, "memory") for i in range(3)
+    ]
+    # 19 summaries that cannot stand for the dropped turns, then one that can
+    ends = [max(1, first_sent - 400 + 20 * i) for i in range(19)] + [first_sent + 10]
+    for i, end in enumerate(ends):
+        text = f"summary {i}: " + "what was said " * 20
+        messages.append(
+            RecordSummary(RequestId(f"sum{i}"), state.active_branch, 0, end, text, "function", "f")
+        )
+    for msg in messages:
+        for ev in decide(state, msg, budget=budget):  # type: ignore[arg-type]
+            state = evolve(state, ev)
+    pins = pin_messages(state.pins)
+    submit = Submit(RequestId("next"), q)
+    events = decide(state, submit, budget=budget)
+    assert any(isinstance(e, SummarySent) for e in events), events
+    plan("m", SYSTEM, path, 0, q, budget, pins=pins, summaries=state.summaries)
+    plan("m", SYSTEM, path, 0, q, budget)
+    with_them = median_time(
+        lambda: plan("m", SYSTEM, path, 0, q, budget, pins=pins, summaries=state.summaries),
+        repeat * 20,
+    )
+    without = median_time(lambda: plan("m", SYSTEM, path, 0, q, budget), repeat * 20)
+    decide(plain_state, submit, budget=budget)
+    decided = median_time(lambda: decide(state, submit, budget=budget), repeat * 20)
+    decided_plain = median_time(lambda: decide(plain_state, submit, budget=budget), repeat * 20)
+    print(
+        f"\nthe same session with 3 pinned items and {len(state.summaries)} summaries (one sent), "
+        f"warm: projection {with_them * 1e6:.2f} µs (without them {without * 1e6:.2f} µs, "
+        f"ratio {with_them / without:.2f}x); a Submit's whole decision {decided * 1e6:.2f} µs "
+        f"(without them {decided_plain * 1e6:.2f} µs, ratio {decided / decided_plain:.2f}x)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15)
@@ -270,6 +327,7 @@ def main() -> None:
     )
     windowed(args.repeat)
     branched(args.repeat)
+    summarized(args.repeat)
 
 
 if __name__ == "__main__":

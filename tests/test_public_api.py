@@ -18,10 +18,10 @@ PUBLIC: dict[str, str] = {
         "OpenAIResponses PlaintextRefused PostgresStore ProviderError ProviderSettings "
         "ProviderSettingsError RejectedResult ReplayError RetryPolicy SQLiteStore SessionBusy "
         "SessionClosed SessionExists SessionOwnedElsewhere StoreCapReached StoreCorrupted "
-        "StoreError StoreFull StoreUnavailable StreamLimits StreamProtocolError Tool ToolError "
-        "ToolInvocation Turn TurnLedgerError TurnResult UnknownBranch UnknownEventTag "
-        "UnknownSession UnknownTurn Window WrongEventLoop WrongKey __version__ open_hub "
-        "open_provider open_store"
+        "StoreError StoreFull StoreUnavailable StreamLimits StreamProtocolError SummaryFailed "
+        "Tool ToolError ToolInvocation Turn TurnLedgerError TurnResult UnknownBranch "
+        "UnknownEventTag UnknownPin UnknownSession UnknownTurn Window WrongEventLoop WrongKey "
+        "__version__ open_hub open_provider open_store"
     ),
     "turnledger.aio": "Hub Opener TurnHandle open_hub",
     "turnledger.adapters.otel": "SEMCONV_VERSION Telemetry",
@@ -33,12 +33,13 @@ PUBLIC: dict[str, str] = {
     ),
     "turnledger.events": (
         "BRANCH_KINDS DEFAULT_CODEC DISCARD_REASONS MAIN_BRANCH REJECT_REASONS SCHEMA_VERSIONS "
-        "WINDOW_SOURCES WIRE_TAGS BaseEventStore BranchId BranchKind BranchStarted "
-        "BranchSwitched CompletionIgnored DiscardReason Erasure Event EventCodec EventDecoder "
-        "EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON RejectReason RequestId "
-        "SessionForked SessionId SessionStarted StoredEvent StreamStarted ToolCall "
-        "ToolCallsRequested ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec "
-        "TurnCommitted TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window "
+        "BaseEventStore BranchId BranchKind BranchStarted BranchSwitched CompletionIgnored "
+        "DiscardReason Erasure Event EventCodec EventDecoder EventStore HistoryPolicy Ledger "
+        "OnBusy PayloadNotJSON PinAdded PinRemoved RejectReason RequestId SUMMARY_ORIGINS "
+        "SessionForked SessionId SessionStarted StoredEvent StreamStarted SummaryOrigin "
+        "SummaryRecorded SummarySent ToolCall ToolCallsRequested ToolErrorPolicy "
+        "ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted TurnDiscarded "
+        "TurnRejected TurnRetried TurnSubmitted Usage WINDOW_SOURCES WIRE_TAGS Window "
         "WindowSource session_hash"
     ),
     "turnledger.sessions": (
@@ -46,14 +47,15 @@ PUBLIC: dict[str, str] = {
         "BranchInfo Budget Cancel CharTokenEstimator ChatMessage ChatRequest Committed "
         "CommittedResult Completed Completion DescribesModels Discarded DiscardedResult Edit "
         "Ending Endings Failed Failure History Hub HubStatistics Idle InFlight Interrupt "
-        "JsonChatEncoder Message ModelInfo Pending Plan Provider Regenerate RejectedResult "
-        "RequestEncoder ResponseStarted RetentionPolicy RetentionStep Role SessionState Start "
-        "StreamSink Streaming Submit Switch Timeout TokenEstimator Tool ToolDone ToolError "
-        "ToolInvocation ToolResult ToolRound Turn TurnHandle TurnResult branch_turns "
-        "branches_of build_messages decide ending_of erase_sessions evolve fork_events "
-        "fork_seed forks_of initial_state is_in_flight open_hub plan plan_retention "
-        "prompt_token_cap prune_store replay replay_sessions replay_stored request_messages "
-        "sessions_of_subject subject_of with_forks"
+        "JsonChatEncoder Message ModelInfo ModelSummarizer Pending Pin Plan Provider "
+        "RecordSummary Regenerate RejectedResult RequestEncoder ResponseStarted "
+        "RetentionPolicy RetentionStep Role SessionState Start StreamSink Streaming Submit "
+        "SummaryPolicy Switch Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
+        "ToolResult ToolRound Turn TurnHandle TurnResult Unpin branch_turns branches_of "
+        "build_messages decide ending_of erase_sessions evolve fork_events fork_seed forks_of "
+        "initial_state is_in_flight open_hub plan plan_retention prompt_token_cap prune_store "
+        "replay replay_sessions replay_stored request_messages sessions_of_subject subject_of "
+        "summary_of with_forks"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",

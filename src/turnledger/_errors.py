@@ -6,8 +6,10 @@
     ├── InvalidCommand          the caller broke the state machine; state unchanged
     │   ├── UnknownTurn             an edit or regenerate of a turn the branch does not have
     │   ├── UnknownBranch           a switch to a branch the session does not have
-    │   ├── SessionBusy             a switch while a turn is in flight (busy policy: reject)
+    │   ├── UnknownPin              an unpin of an item the session has not pinned
+    │   ├── SessionBusy             a switch or a pin while a turn is in flight (policy: reject)
     │   └── SessionExists           a fork onto a session id that already has events
+    ├── SummaryFailed           a summarizer failed, timed out or was cancelled
     ├── ReplayError             a stored log does not fold; the log is suspect
     ├── SessionClosed           the session or hub was used after it closed
     ├── ProviderSettingsError   no provider can be built from these settings
@@ -58,9 +60,11 @@ __all__ = [
     "StoreFull",
     "StoreUnavailable",
     "StreamProtocolError",
+    "SummaryFailed",
     "TurnLedgerError",
     "UnknownBranch",
     "UnknownEventTag",
+    "UnknownPin",
     "UnknownSession",
     "UnknownTurn",
     "WrongEventLoop",
@@ -87,9 +91,21 @@ class UnknownBranch(InvalidCommand, LookupError):
     """A switch names a branch the session does not have. Nothing was written."""
 
 
+class UnknownPin(InvalidCommand, LookupError):
+    """An unpin names an item the session has not pinned (or unpinned
+    already). Nothing was written."""
+
+
+class SummaryFailed(TurnLedgerError):
+    """A summarizer raised, timed out or was cancelled, or its text cannot be
+    recorded. Nothing was written; no turn was changed or held up. The
+    message names the cause's type, never what a provider answered."""
+
+
 class SessionBusy(InvalidCommand):
     """A switch while a turn is in flight, in a session whose busy policy is
-    ``reject`` (under ``supersede`` the turn in flight is discarded first).
+    ``reject`` (under ``supersede`` the turn in flight is discarded first);
+    a pin or an unpin while a turn is in flight, whatever the policy.
     Nothing was written."""
 
 

@@ -29,12 +29,12 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def sessions_of(db: Path) -> list[str]:
     """The demo's main session (its tool turns have a session of their own,
-    and so have its branches and its turn through each wire protocol; the
-    session it erases is gone)."""
+    and so have its branches, its summary scene and its turn through each
+    wire protocol; the session it erases is gone)."""
     r = tl("sessions", str(db), "--json", cwd=db.parent)
     found = [json.loads(line)["session_id"] for line in r.stdout.splitlines()]
     assert not any(s.endswith("-erased") for s in found)
-    others = tuple(f"-{name}" for name in ("tools", "branches", *PROVIDER_KINDS))
+    others = tuple(f"-{name}" for name in ("tools", "branches", "summary", *PROVIDER_KINDS))
     assert len(found) == len(others) + 1 and sum(s.endswith("-tools") for s in found) == 1
     return [s for s in found if not s.endswith(others)]
 

@@ -42,6 +42,11 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path, provider: str, cap: st
         "  * b2       1 turn(s) (regenerate of turn 1)",
         "history now ['Orange.']; after /switch main ['Blue.', 'A pear.']",
         "hub.erase: 4 events before, 0 after",
+        "pinned p1 (policy): sent after the system prompt, with every request",
+        "summary s1 of turns 1-2 (model, concise prompt, ~15 tokens): "
+        "Ada keeps bees and starts with two hives.",
+        "the next request dropped 2 turns and sent s1 in their place, the pin with it",
+        "history keeps every turn: 4 turn(s)",
         *(f"{name:17s} committed" for name in PROVIDERS),
     ):
         assert expected in out, expected
@@ -56,8 +61,11 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path, provider: str, cap: st
     rows = [json.loads(line) for line in log.stdout.splitlines()]
     tags = [row["tag"] for row in rows]
     # the tool session's turn too, and one per protocol
-    # (the branch session's four answers; nothing of the erased one)
-    assert tags.count("turn_committed") == 3 + 4 + len(PROVIDERS)
+    # (the branch session's four answers, the summary session's four;
+    # nothing of the erased one)
+    assert tags.count("turn_committed") == 3 + 4 + len(PROVIDERS) + 4
+    assert tags.count("summary_recorded") == tags.count("summary_sent") == 1
+    assert tags.count("pin_added") == 1
     assert tags.count("branch_started") == 2 and tags.count("branch_switched") == 1
     assert tags.count("tool_result_recorded") == 2 and "tool_round_submitted" in tags
     assert "completion_ignored" in tags
@@ -71,7 +79,8 @@ def test_demo_runs_end_to_end_and_replays(tmp_path: Path, provider: str, cap: st
     }
     session = next(s for s in by_id.values() if s["session_id"].count("-") == 1)
     tools = by_id["tools"]
-    assert len(by_id) == 3 + len(PROVIDERS)
+    assert len(by_id) == 4 + len(PROVIDERS)
+    assert len(by_id["summary"]["turns"]) == 4
     assert len(session["turns"]) == 2
     (turn,) = tools["turns"]
     assert [c["name"] for c in turn["rounds"][0]["calls"]] == ["calculator", "clock"]

@@ -19,8 +19,12 @@ from turnledger.events import (
     BranchSwitched,
     CompletionIgnored,
     Event,
+    PinAdded,
+    PinRemoved,
     SessionStarted,
     StreamStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCallsRequested,
     ToolResultRecorded,
     ToolRoundSubmitted,
@@ -55,6 +59,8 @@ def meaning(log: Sequence[Event]) -> dict[str, Any]:
     # branch name -> (its turns, its context start) when it was left
     saved: dict[str, tuple[list[Any], int]] = {}
     active = "main"
+    pins: list[tuple[str, str, str]] = []
+    summaries: list[tuple[str, str, int, int, str]] = []
     for event in log:
         if isinstance(event, SessionStarted):
             config = event
@@ -80,6 +86,7 @@ def meaning(log: Sequence[Event]) -> dict[str, Any]:
             assert in_flight is not None
             in_flight["turns_sent"] = event.turns_sent
             in_flight["estimate"] = event.estimated_prompt_tokens
+            in_flight.pop("summary_id", None)  # a SummarySent follows if it sends one
             phase = "Pending"
         elif isinstance(event, ToolCallsRequested):
             assert in_flight is not None
@@ -122,6 +129,16 @@ def meaning(log: Sequence[Event]) -> dict[str, Any]:
             saved[active] = (turns, context_start)
             turns, context_start = saved[event.branch]
             active = event.branch
+        elif isinstance(event, PinAdded):
+            pins.append((event.pin_id, event.text, event.origin))
+        elif isinstance(event, PinRemoved):
+            pins = [p for p in pins if p[0] != event.pin_id]
+        elif isinstance(event, SummaryRecorded):
+            # a summary changes no turn: it is only remembered
+            summaries.append((event.summary_id, event.branch, event.start, event.end, event.text))
+        elif isinstance(event, SummarySent):
+            assert in_flight is not None
+            in_flight["summary_id"] = event.summary_id
         else:  # pragma: no cover - a new event type needs a line here
             raise AssertionError(f"the reference fold does not know {type(event).__name__}")
     return {
@@ -138,6 +155,9 @@ def meaning(log: Sequence[Event]) -> dict[str, Any]:
         "context_start": context_start,
         "largest_ok": largest_ok,
         "active_branch": active,
+        "pins": pins,
+        "summaries": summaries,
+        "summary_sent": None if in_flight is None else in_flight.get("summary_id"),
     }
 
 
@@ -173,4 +193,7 @@ def observed(state: SessionState) -> dict[str, Any]:
         "context_start": state.context_start,
         "largest_ok": state.largest_ok,
         "active_branch": state.active_branch,
+        "pins": [(p.pin_id, p.text, p.origin) for p in state.pins],
+        "summaries": [(x.summary_id, x.branch, x.start, x.end, x.text) for x in state.summaries],
+        "summary_sent": None if request is None else request.summary_id,
     }

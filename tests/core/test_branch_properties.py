@@ -1,7 +1,8 @@
 """Branches against a naive reference model (a plain tree of lists).
 
-Random sequences of submits, edits, regenerates, switches, completions,
-failures, cancels, timeouts and late completions drive the pure machine and,
+Random sequences of submits, edits, regenerates, switches, summaries,
+completions, failures, cancels, timeouts and late completions drive the pure
+machine (under a byte budget that drops old turns) and,
 independently, a model written without the projection or the machine's
 code: a dict of branch name -> list of (request id, question, answer), the
 active branch's name, and the turn in flight. After every step:
@@ -9,10 +10,14 @@ active branch's name, and the turn in flight. After every step:
 - each branch's history equals the model's;
 - the request in flight carries exactly the active branch's turns (never a
   turn of another branch) and its question;
-- bad input (an unknown turn or branch, a switch while busy) raised its
-  typed error and changed nothing;
+- bad input (an unknown turn or branch, a switch while busy, a summary of
+  turns a branch does not have) raised its typed error and changed nothing;
+- a request that sends a summary sends it once, right after the system
+  prompt; it is a summary of the active branch's turns from the first one,
+  it covers exactly the turns the request drops, and no turn it sends;
 
-and at the end a replay of the log equals the live state.
+and at the end a replay of the log equals the live state, and a replay that
+ignores every summary event gives exactly the same turns on every branch.
 
 Forks join in (:func:`test_forks_match_the_model_and_leave_their_source_alone`):
 several sessions, each a log of its own; a fork starts a new one from the
@@ -33,8 +38,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turnledger import SessionBusy, UnknownBranch, UnknownSession, UnknownTurn
-from turnledger.events import DEFAULT_CODEC, BranchId, Event, RequestId, StoredEvent
+from turnledger.events import (
+    DEFAULT_CODEC,
+    BranchId,
+    Event,
+    RequestId,
+    StoredEvent,
+    SummaryRecorded,
+    SummarySent,
+)
 from turnledger.sessions import (
+    Budget,
     Cancel,
     Completed,
     Edit,
@@ -42,6 +56,7 @@ from turnledger.sessions import (
     Failure,
     Message,
     Pending,
+    RecordSummary,
     Regenerate,
     SessionState,
     Start,
@@ -74,6 +89,8 @@ class Model:
     #: (request id, question) of the turn in flight, on the active branch.
     flight: tuple[str, str] | None = None
     ended: list[str] = attrs.Factory(list)
+    #: summary text -> (branch, start, end, request ids of the turns covered)
+    summaries: dict[str, tuple[str, int, int, list[str]]] = attrs.Factory(dict)
 
     def end_flight(self) -> None:
         assert self.flight is not None
@@ -108,19 +125,25 @@ OPS = st.tuples(
         [
             *("submit", "submit", "edit", "edit", "regen", "switch", "switch"),
             *("complete", "complete", "complete", "fail", "cancel", "timeout", "late"),
+            *("summarize", "summarize"),
         ]
     ),
     st.integers(-1, 50),
 )
 
 
+#: About four turns of this walk fit with the question: older ones are dropped.
+BUDGET = Budget(max_request_bytes=420)
+
+
 @attrs.define
 class Run:
     state: SessionState
     log: list[Event]
+    budget: Budget = BUDGET
 
     def send(self, msg: Message) -> tuple[Event, ...]:
-        events = decide(self.state, msg)
+        events = decide(self.state, msg, budget=self.budget)
         for ev in events:
             self.state = evolve(self.state, ev)
         self.log.extend(events)
@@ -173,6 +196,20 @@ def _step(run: Run, model: Model, op: Op, n: int) -> None:
         else:
             run.send(Timeout(current))
         model.end_flight()
+    elif kind == "summarize":
+        names = list(model.branches)
+        name = names[abs(k) // 7 % len(names)] if k % 4 == 3 else model.active
+        turns = model.branches[name]
+        start = 1 if k % 5 == 4 else 0  # a summary that leaves a turn out: never sent
+        end = abs(k) % (len(turns) + 2)
+        text = f"S{n}"
+        msg = RecordSummary(RequestId(f"sum{n}"), BranchId(name), start, end, text, "function", "f")
+        if not start < end <= len(turns):
+            _refused(run, msg, UnknownTurn)
+            return
+        (ev,) = run.send(msg)
+        assert isinstance(ev, SummaryRecorded) and ev.text == text
+        model.summaries[text] = (name, start, end, [t[0] for t in turns[start:end]])
     else:  # a late answer for a request that already ended: nothing changes
         if not model.ended:
             return
@@ -207,10 +244,23 @@ def _check(run: Run, model: Model) -> None:
     if isinstance(state, Pending):
         assert flight is not None
         sent = [m.content for m in request_messages(state)]
-        expected = ["sys"]
-        for _, q, a in model.branches[model.active]:
-            expected += [q, a]
-        assert sent == [*expected, flight[1]]
+        assert sent[0] == "sys" and sent[-1] == flight[1]
+        body = sent[1:-1]
+        summary = None
+        if body and body[0] in model.summaries:
+            summary, body = body[0], body[1:]
+        # the sent turns: a contiguous run of the active branch's newest turns
+        active = model.branches[model.active]
+        pairs = [[q, a] for _, q, a in active]
+        first_sent = len(active) - len(body) // 2
+        assert body == [x for pair in pairs[first_sent:] for x in pair]
+        assert not any(x in model.summaries for x in body)  # sent once, at most
+        if summary is not None:
+            name, start, end, rids = model.summaries[summary]
+            # it stands for exactly the dropped turns: all of them, none sent
+            assert start == 0 and end == first_sent
+            assert rids == [t[0] for t in active[:end]]
+            assert state.request.summary_id is not None
 
 
 @pytest.mark.parametrize("on_busy", ["reject", "supersede"])
@@ -226,6 +276,11 @@ def test_branches_match_a_plain_tree_of_lists(
         _step(run, model, op, n)
         _check(run, model)
     assert replay(run.log) == run.state
+    # replay that ignores the summaries: the very same turns on every branch
+    plain = replay([e for e in run.log if not isinstance(e, (SummaryRecorded, SummarySent))])
+    for b in branches_of(run.state):
+        assert list(branch_turns(plain, b.branch_id)) == list(branch_turns(run.state, b.branch_id))
+    assert plain.summaries == () and plain.active_branch == run.state.active_branch
     # and the bulk replay's fold (plain tuples for the common turn) agrees
     decoder = StateDecoder()
     stored = [
@@ -417,3 +472,34 @@ def test_the_fork_walk_reaches_forks_of_forks_and_bad_points() -> None:
         _now(replay_resolved(store, world.runs["s2"].log))  # type: ignore[arg-type]
     with pytest.raises(UnknownSession):
         fork_events(initial_state(), "nobody")
+
+
+def test_the_model_sends_summaries_on_branches() -> None:
+    # (a fixed walk: a summary is sent in place of dropped turns on main, the
+    # same summary stands for them on a branch that keeps them, and is not
+    # sent on a branch that no longer has its last turn)
+    run = Run(initial_state(), [])
+    run.send(Start("sys", "m"))
+    model = Model("reject")
+    script: list[Op] = [("submit", 0), ("complete", 0)] * 6
+    script += [("summarize", 12), ("submit", 0)]
+    for n, op in enumerate(script):
+        _step(run, model, op, n)
+        _check(run, model)
+    state = run.state
+    assert isinstance(state, Pending) and state.request.summary_id == "s1"
+    assert state.request.turns_sent == 2 and state.request.turns_dropped == 4
+    sent = [m.content for m in request_messages(state)]
+    assert sent.count("S12") == 1 and sent[1] == "S12"
+    more: list[Op] = [("complete", 0), ("edit", 5), ("complete", 0), ("submit", 0)]
+    for n, op in enumerate(more, len(script)):
+        _step(run, model, op, n)
+        _check(run, model)
+    state = run.state
+    assert isinstance(state, Pending) and state.active_branch == "b1"
+    assert state.request.summary_id == "s1"  # b1 keeps turns 0-4: the same summary
+    more = [("complete", 0), ("edit", 2), ("submit", 0)]
+    for n, op in enumerate(more, len(script) + 4):
+        _step(run, model, op, n)
+        _check(run, model)
+    assert replay(run.log) == run.state

@@ -53,6 +53,10 @@ def test_wire_tags_are_an_explicit_frozen_table() -> None:
         "BranchStarted": "branch_started",
         "BranchSwitched": "branch_switched",
         "SessionForked": "session_forked",
+        "SummaryRecorded": "summary_recorded",
+        "SummarySent": "summary_sent",
+        "PinAdded": "pin_added",
+        "PinRemoved": "pin_removed",
     }
     assert set(SCHEMA_VERSIONS) == set(WIRE_TAGS.values())
 

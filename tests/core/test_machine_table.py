@@ -12,6 +12,7 @@ from turnledger import (
     ReplayError,
     SessionBusy,
     UnknownBranch,
+    UnknownPin,
     UnknownTurn,
 )
 from turnledger.events import (
@@ -44,6 +45,8 @@ from turnledger.sessions import (
     Interrupt,
     Message,
     Pending,
+    Pin,
+    RecordSummary,
     Regenerate,
     ResponseStarted,
     SessionState,
@@ -53,6 +56,7 @@ from turnledger.sessions import (
     Switch,
     Timeout,
     ToolDone,
+    Unpin,
     branches_of,
     decide,
     ending_of,
@@ -129,6 +133,14 @@ def _states() -> dict[str, Session]:
         "branched-switched": given_more(
             branched, Completed(CURRENT, "again!", "stop"), Switch(BranchId("main"))
         ),
+        # a pinned item and a summary of turn 0, at rest and with a turn in flight
+        "pinned-summarized": given(
+            Submit(STALE, "first?"),
+            Completed(STALE, "first!", "stop"),
+            Pin("p1", "the user's name is Ada", "memory"),
+            RecordSummary(rid("sum"), BranchId("main"), 0, 1, "asked first", "function", "f"),
+            start=TOOLS,
+        ),
         "supersede-pending": given(
             Submit(STALE, "first?"),
             Completed(STALE, "first!", "stop"),
@@ -179,6 +191,19 @@ def _messages(request_id: str) -> list[Message]:
         Switch(BranchId("main")),
         Switch(BranchId("b1")),
         Switch(BranchId("b9")),
+        RecordSummary(rid("sum-" + request_id), BranchId("main"), 0, 1, "a summary", "model", "p"),
+        RecordSummary(
+            rid("sum2-" + request_id), BranchId("main"), 0, 9, "no such turns", "model", "p"
+        ),
+        RecordSummary(
+            rid("sum3-" + request_id), BranchId("b9"), 0, 1, "no such branch", "model", "p"
+        ),
+        RecordSummary(rid("sum4-" + request_id), BranchId("main"), 0, 1, " ", "function", "f"),
+        Pin("p1", "pinned text", "memory"),
+        Pin("p-" + request_id, "pinned text", "retrieval:doc-7"),
+        Pin("bad id!", "pinned text", "memory"),
+        Unpin("p1"),
+        Unpin("p9"),
     ]
 
 
@@ -201,9 +226,14 @@ def test_every_pair_matches_the_table(name: str, message: Message) -> None:
         return
     try:
         session.when(message)
-    except (UnknownTurn, UnknownBranch, SessionBusy):
+    except (UnknownTurn, UnknownBranch, SessionBusy, UnknownPin):
         # bad branch input (or a switch while busy): a typed error, nothing changed
-        assert isinstance(message, (Edit, Regenerate, Switch))
+        assert isinstance(message, (Edit, Regenerate, Switch, RecordSummary, Pin, Unpin))
+        assert session.state is before
+        return
+    except InvalidCommand:
+        # a summary or a pin that cannot be recorded (empty text, bad or taken id)
+        assert isinstance(message, (RecordSummary, Pin))
         assert session.state is before
         return
     assert type(session.state) in allowed
@@ -232,6 +262,9 @@ def test_table_covers_every_state_and_message() -> None:
         Edit,
         Regenerate,
         Switch,
+        RecordSummary,
+        Pin,
+        Unpin,
     }
     assert set(TRANSITIONS) == states
     assert set(EVENT_TRANSITIONS) == states
@@ -409,13 +442,13 @@ def test_state_diagram_is_drawn_from_the_table() -> None:
 
 
 def test_pairs_are_exhaustive() -> None:
-    # 14 sessions (every phase, tool rounds and branches included) x 93
-    # messages (31 for each of the current, a finished and an unknown request
-    # id): the parametrized test above walks all of them.
+    # 15 sessions (every phase, tool rounds, branches, pins and summaries
+    # included) x 120 messages (40 for each of the current, a finished and an
+    # unknown request id): the parametrized test above walks all of them.
     states = _states()
-    assert len(states) == 14 and len(_messages("x")) == 31
-    assert len(CASES) == 1302
-    assert len({case.id for case in CASES}) == 1302
+    assert len(states) == 15 and len(_messages("x")) == 40
+    assert len(CASES) == 1800
+    assert len({case.id for case in CASES}) == 1800
     # every pair of a phase and a kind of message the table knows is tried
     walked = {(type(states[name].state), type(msg)) for name, msg in (c.values for c in CASES)}
     table = {(phase, kind) for phase, row in TRANSITIONS.items() for kind in row}

@@ -34,11 +34,15 @@ from turnledger.events import (
     CompletionIgnored,
     Event,
     Ledger,
+    PinAdded,
+    PinRemoved,
     RequestId,
     SessionForked,
     SessionId,
     SessionStarted,
     StreamStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCall,
     ToolCallsRequested,
     ToolResultRecorded,
@@ -55,7 +59,9 @@ from turnledger.timeline import session_summary, timeline
 
 SESSION = "every"
 #: The request ids of the log, in order of first appearance.
-ROWS = ["r-tools", "r-retry", "r-old", "r-empty", "r-new", "r-edit"]
+ROWS = ["r-tools", "r-retry", "r-old", "r-empty", "r-new", "r-edit", "r-sum"]
+#: The summary of main's two turns, which r-sum sends in their place.
+SUMMARY = "Paris is sunny; it was summarised."
 #: Seconds between two events of the log.
 STEP = 0.25
 
@@ -67,7 +73,9 @@ def _r(rid: str) -> RequestId:
 def _events() -> list[Event]:
     """A session with a tool round (one call failing), a retried overflow, a
     supersede, a rejection, a cancel, a late answer, and an edit of its
-    second turn on a branch, then a switch back to main."""
+    second turn on a branch, then a switch back to main; an item pinned, a
+    summary of main's two turns that the next request sends in their place,
+    and the item unpinned."""
     calls = (
         ToolCall("call-paris", "get_weather", '{"city": "Paris"}'),
         ToolCall("call-clock", "get_time", "{}"),
@@ -112,6 +120,27 @@ def _events() -> list[Event]:
         StreamStarted(_r("r-edit")),
         TurnCommitted(_r("r-edit"), "Brief.", "stop", Usage(30, 2, 32)),
         BranchSwitched(MAIN_BRANCH),
+        PinAdded("p1", "Answer briefly.", "policy"),
+        SummaryRecorded(
+            "s1",
+            MAIN_BRANCH,
+            0,
+            2,
+            _r("r-tools"),
+            _r("r-retry"),
+            SUMMARY,
+            "model",
+            "concise",
+            _r("sum-1"),
+            Usage(60, 9, 69),
+            len(SUMMARY),
+            13,
+        ),
+        TurnSubmitted(_r("r-sum"), "And then?", 0, 2, 190, 50),
+        SummarySent(_r("r-sum"), "s1"),
+        StreamStarted(_r("r-sum")),
+        TurnCommitted(_r("r-sum"), "Then rain.", "stop", Usage(50, 3, 53)),
+        PinRemoved("p1"),
     ]
 
 
@@ -183,7 +212,7 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
     (late,) = rows["r-old"].late
     assert late.delay_s == pytest.approx(LATE_BY)
     assert rows["r-empty"].end == "rejected" and rows["r-new"].reason == "cancelled"
-    assert [h[0] for h in tline.history] == ["r-tools", "r-retry"]
+    assert [h[0] for h in tline.history] == ["r-tools", "r-retry", "r-sum"]
     # the tree: b1 keeps r-tools and asks r-edit; main is active again
     edit = rows["r-edit"]
     assert edit.branch == "b1" and rows["r-new"].branch == "main"
@@ -193,7 +222,7 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
     assert [s.event for s in edit.steps][:2] == ["branch_started", "turn_submitted"]
     assert tline.active_branch == "main"
     assert [(b.branch_id, b.length, b.head, b.active) for b in tline.branches] == [
-        ("main", 2, "r-retry", True),
+        ("main", 3, "r-sum", True),
         ("b1", 2, "r-edit", False),
     ]
     assert [w.branch for w in tline.switches] == ["main"]
@@ -201,16 +230,25 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
         "session_started",
         "session_forked",
         "branch_switched",
+        "pin_added",
+        "summary_recorded",
+        "pin_removed",
     ]
+    # the summary: the turns it covers, and the request that sent it instead
+    (summ,) = tline.summaries
+    assert (summ.summary_id, summ.start, summ.end, summ.text) == ("s1", 0, 2, SUMMARY)
+    assert rows["r-sum"].summary_sent == "s1" and rows["r-sum"].turns_dropped == 2
+    assert rows["r-edit"].summary_sent is None and tline.pins == ()
+    assert [h[0] for h in timeline(SESSION, stored).history] == ["r-tools", "r-retry", "r-sum"]
 
     summary = session_summary(SESSION, stored)
     assert summary == {
         "session_id": SESSION,
         "subject": None,
         "events": len(stored),
-        "turns": 2,
-        "requests": 6,
-        "committed": 3,
+        "turns": 3,
+        "requests": 7,
+        "committed": 4,
         "discarded": 2,
         "rejected": 1,
         "ignored": 1,
@@ -221,10 +259,10 @@ def test_the_rows_carry_every_fact(every_db: Path) -> None:
         "last_recorded_at": stored[-1].recorded_at,
         "context_window": 4096,
         "window_source": "user",
-        "prompt_tokens": 40 + 55 + 9 + 30,
-        "completion_tokens": 5 + 4 + 4 + 2,
-        "estimated_prompt_tokens": 300 + 3900 + 250 + 100 + 102 + 80,
-        "turns_dropped": 0,
+        "prompt_tokens": 40 + 55 + 9 + 30 + 50,
+        "completion_tokens": 5 + 4 + 4 + 2 + 3,
+        "estimated_prompt_tokens": 300 + 3900 + 250 + 100 + 102 + 80 + 50,
+        "turns_dropped": 2,
         "context_overflows": 1,
     }
 
@@ -272,6 +310,12 @@ def _text_log(db: Path, tmp_path: Path) -> None:
     assert "r-edit" in branch and "branch b1 from main: keeps 1 turns" in branch
     (switch,) = [line for line in lines if " branch_switched " in line]
     assert "active branch: main" in switch
+    (summ,) = [line for line in lines if " summary_recorded " in line]
+    assert "summary s1 of main turns 0-1 (r-tools to r-retry) by concise" in summ
+    (sent,) = [line for line in lines if " summary_sent " in line]
+    assert "r-sum" in sent and "summary s1 sent in place of the turns dropped" in sent
+    (pinned,) = [line for line in lines if " pin_added " in line]
+    assert "pinned p1 (policy)" in pinned
     # only the one request with --request
     one = tl("log", str(db), "--session", SESSION, "--request", "r-tools", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
@@ -302,6 +346,8 @@ def _json_log(db: Path, tmp_path: Path) -> None:
     assert (branch["request_id"], branch["reason"]) == ("r-edit", "edit")
     (switch,) = [s for s in steps if s["tag"] == "branch_switched"]
     assert (switch["request_id"], switch["reason"]) == (None, "switch")
+    (summ,) = [s for s in steps if s["tag"] == "summary_recorded"]
+    assert (summ["request_id"], summ["reason"]) == (None, "model")
 
 
 def _serve_json(url: str, db: Path, tmp_path: Path) -> dict[str, Any]:
@@ -327,6 +373,9 @@ def _serve_json(url: str, db: Path, tmp_path: Path) -> dict[str, Any]:
         ["main", "b1"],
     )
     assert [w["branch"] for w in model["switches"]] == ["main"]
+    assert rows["r-sum"]["summary_sent"] == "s1"
+    assert [(x["summary_id"], x["start"], x["end"]) for x in model["summaries"]] == [("s1", 0, 2)]
+    assert model["pins"] == []
     assert [p["event"] for p in rows["r-tools"]["phases"]][:3] == [
         "turn_submitted",
         "stream_started",
@@ -339,7 +388,7 @@ def _serve_json(url: str, db: Path, tmp_path: Path) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     (line,) = [x for x in map(json.loads, done.stdout.splitlines()) if x["session_id"] == SESSION]
     assert line == mine
-    assert (mine["requests"], mine["retried"], mine["tool_calls"]) == (6, 1, 2)
+    assert (mine["requests"], mine["retried"], mine["tool_calls"]) == (7, 1, 2)
     return model
 
 
@@ -383,6 +432,11 @@ def _page(browser: Any) -> None:
     assert [li.get_attribute("data-branch-id") for li in tree] == ["main", "b1"]
     assert "active" in tree[0].get_attribute("class")
     assert browser.find_elements("css selector", '#branches li.switch[data-switch-to="main"]')
+    sent = row("r-sum").find_element("css selector", '.summary-sent[data-summary-id="s1"]')
+    assert sent.text == "▤ sent summary s1 in place of 2 dropped turns"
+    (summ,) = browser.find_elements("css selector", '#summaries li.summary[data-summary-id="s1"]')
+    assert "s1: main turns 0–1 (r-tools … r-retry) · model concise · ~13 tokens" in summ.text
+    assert SUMMARY in summ.text
 
 
 def test_every_view_shows_every_row(browser: Any, every_db: Path, tmp_path: Path) -> None:

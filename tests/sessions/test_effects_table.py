@@ -32,6 +32,7 @@ from turnledger.events import (
 from turnledger.runtime._actor import EFFECTS
 from turnledger.sessions import (
     EVENT_TRANSITIONS,
+    Budget,
     Cancel,
     Completed,
     Edit,
@@ -39,6 +40,8 @@ from turnledger.sessions import (
     Failure,
     Interrupt,
     Message,
+    Pin,
+    RecordSummary,
     ResponseStarted,
     SessionState,
     Start,
@@ -46,6 +49,7 @@ from turnledger.sessions import (
     Switch,
     Timeout,
     ToolDone,
+    Unpin,
     decide,
     evolve,
     initial_state,
@@ -84,7 +88,35 @@ def _messages() -> list[Message]:
         ]
     # a branch needs a committed turn: an edit of turn 0, then back to main
     out += [Edit(RequestId("r3"), 0, "asked again"), Switch(BranchId("main"))]
+    # a summary of turn 0, a pin and an unpin
+    out += [
+        RecordSummary(RequestId("sum"), BranchId("main"), 0, 1, "a summary", "function", "f"),
+        Pin("p1", "pinned", "memory"),
+        Unpin("p1"),
+    ]
     return out
+
+
+def _summary_sent() -> set[type]:
+    # A summary is sent only when a budget drops turns (the walk above has
+    # no budget): two turns, a summary of the first, a question that drops it.
+    state: SessionState = initial_state()
+    emitted: set[type] = set()
+    budget = Budget(max_request_bytes=240)
+    r1, r2, r3 = RequestId("q1"), RequestId("q2"), RequestId("q3")
+    for message in [
+        Start("s", "m"),
+        Submit(r1, "one"),
+        Completed(r1, "an answer of some length", "stop"),
+        Submit(r2, "two"),
+        Completed(r2, "an answer of some length", "stop"),
+        RecordSummary(RequestId("sum"), BranchId("main"), 0, 1, "first", "model", "concise"),
+        Submit(r3, "three"),
+    ]:
+        for ev in decide(state, message, budget=budget):
+            emitted.add(type(ev))
+            state = evolve(state, ev)
+    return emitted
 
 
 def emitted_types(start: Start) -> set[type]:
@@ -122,8 +154,10 @@ TOOLS = (ToolSpec("clock"), ToolSpec("calc"))
 
 @pytest.fixture(scope="module")
 def emitted() -> set[type]:
-    return emitted_types(Start("s", "m", tools=TOOLS)) | emitted_types(
-        Start("s", "m", tools=TOOLS, on_busy="supersede")
+    return (
+        emitted_types(Start("s", "m", tools=TOOLS))
+        | emitted_types(Start("s", "m", tools=TOOLS, on_busy="supersede"))
+        | _summary_sent()
     )
 
 

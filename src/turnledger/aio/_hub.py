@@ -5,18 +5,30 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias, TypeVar, final
 
+import attrs
 import outcome
 import trio
 
 from .._errors import SessionClosed
 from .._loops import require_asyncio
-from ..events import Erasure, EventStore, HistoryPolicy, OnBusy, SessionForked, ToolErrorPolicy
+from ..events import (
+    Erasure,
+    EventStore,
+    HistoryPolicy,
+    OnBusy,
+    PinAdded,
+    SessionForked,
+    SummaryRecorded,
+    ToolErrorPolicy,
+)
+from ..runtime import ModelSummarizer, SummaryFunction, SummaryPolicy
 from ..sessions import (
     BranchInfo,
     HubStatistics,
@@ -393,6 +405,87 @@ class Hub:
         require_asyncio("Hub.switch")
         await self._bridge.run(self._hub.switch, session_id, branch)
 
+    async def summarize(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        branch: str | None = None,
+        summarizer: ModelSummarizer | SummaryFunction | None = None,
+        timeout: float | None = 60.0,
+        request_id: str | None = None,
+    ) -> SummaryRecorded:
+        """Summarize turns ``start`` to ``end`` of a branch and record the
+        summary (see :meth:`turnledger.sessions.Hub.summarize`). A function
+        ``summarizer`` is an asyncio coroutine function: it runs on this loop.
+
+        Raises:
+            UnknownSession, UnknownBranch, UnknownTurn, SummaryFailed,
+            StoreError: nothing was written.
+
+        Cancellation: while the summary is written, nothing is recorded;
+        afterwards it is recorded or not, and :meth:`summaries` tells.
+        """
+        require_asyncio("Hub.summarize")
+        chosen = summarizer
+        if chosen is not None and not isinstance(chosen, ModelSummarizer):
+            chosen = _on_asyncio(chosen, asyncio.get_running_loop())
+        call = functools.partial(
+            self._hub.summarize,
+            session_id,
+            start=start,
+            end=end,
+            branch=branch,
+            summarizer=chosen,
+            timeout=timeout,
+            request_id=request_id,
+        )
+        recorded: SummaryRecorded = await self._bridge.run(call)
+        return recorded
+
+    async def summaries(self, session_id: str) -> tuple[SummaryRecorded, ...]:
+        """Every summary of the session, oldest first."""
+        require_asyncio("Hub.summaries")
+        listed: tuple[SummaryRecorded, ...] = await self._bridge.run(
+            self._hub.summaries, session_id
+        )
+        return listed
+
+    async def pin(
+        self, session_id: str, text: str, *, origin: str, pin_id: str | None = None
+    ) -> str:
+        """Pin ``text`` to the session's context (see
+        :meth:`turnledger.sessions.Hub.pin`); returns its id.
+
+        Raises:
+            UnknownSession, SessionBusy, InvalidCommand, StoreError: nothing
+            was written.
+
+        Cancellation: the pin happened or it did not; :meth:`pins` tells.
+        """
+        require_asyncio("Hub.pin")
+        call = functools.partial(self._hub.pin, session_id, text, origin=origin, pin_id=pin_id)
+        pinned: str = await self._bridge.run(call)
+        return pinned
+
+    async def unpin(self, session_id: str, pin_id: str) -> None:
+        """Stop sending a pinned item (see :meth:`turnledger.sessions.Hub.unpin`).
+
+        Raises:
+            UnknownSession, UnknownPin, SessionBusy, StoreError: nothing was written.
+
+        Cancellation: the unpin happened or it did not; :meth:`pins` tells.
+        """
+        require_asyncio("Hub.unpin")
+        await self._bridge.run(self._hub.unpin, session_id, pin_id)
+
+    async def pins(self, session_id: str) -> tuple[PinAdded, ...]:
+        """The items pinned now, in the order they are sent."""
+        require_asyncio("Hub.pins")
+        listed: tuple[PinAdded, ...] = await self._bridge.run(self._hub.pins, session_id)
+        return listed
+
     async def branches(self, session_id: str) -> tuple[BranchInfo, ...]:
         """Every branch of the session, ``main`` first (see
         :meth:`turnledger.sessions.Hub.branches`)."""
@@ -438,6 +531,30 @@ class Hub:
         """Counters for monitoring and tests."""
         stats: HubStatistics = self._hub.statistics()
         return stats
+
+
+def _on_asyncio(fn: SummaryFunction, loop: asyncio.AbstractEventLoop) -> SummaryFunction:
+    """``fn`` (an asyncio coroutine function) as one the trio side awaits:
+    its coroutine runs as a task of ``loop``, cancelled with the trio wait."""
+
+    async def on_loop(turns: Sequence[Turn]) -> str:
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        task = loop.create_task(_text(fn, turns))
+        task.add_done_callback(lambda _: token.run_sync_soon(done.set))
+        try:
+            await done.wait()
+        except BaseException:
+            task.cancel()
+            raise
+        return task.result()
+
+    on_loop.__qualname__ = getattr(fn, "__qualname__", type(fn).__name__)
+    return on_loop
+
+
+async def _text(fn: SummaryFunction, turns: Sequence[Turn]) -> str:
+    return await fn(turns)
 
 
 async def _opened(stack: contextlib.AsyncExitStack, given: Any) -> Any:
@@ -559,6 +676,9 @@ async def open_hub(
     snapshots: Opener[SnapshotStore] | None = None,
     snapshot_every: int | None = 1000,
     snapshot_chars: int | None = 4_000_000,
+    max_pinned_tokens: int | None = None,
+    max_summary_tokens: int | None = None,
+    summary_policy: SummaryPolicy | None = None,
 ) -> AsyncIterator[Hub]:
     """Run the session hub on the running asyncio loop while the context is open.
 
@@ -574,7 +694,9 @@ async def open_hub(
             the two signatures agree, so a type checker catches a
             misspelt option here as it does there. ``snapshots``, like
             ``store``, may be an opener (``lambda: snapshots_beside(db)``),
-            called and closed on the trio side.
+            called and closed on the trio side. A ``summary_policy``'s
+            function summarizer is an asyncio coroutine function, run on
+            this loop.
 
     Raises:
         WrongEventLoop: called from trio (use :func:`turnledger.sessions.open_hub`).
@@ -613,9 +735,16 @@ async def open_hub(
         "snapshots": snapshots,
         "snapshot_every": snapshot_every,
         "snapshot_chars": snapshot_chars,
+        "max_pinned_tokens": max_pinned_tokens,
+        "max_summary_tokens": max_summary_tokens,
+        "summary_policy": summary_policy,
     }
     require_asyncio("open_hub")
     loop = asyncio.get_running_loop()
+    if summary_policy is not None and not isinstance(summary_policy.summarizer, ModelSummarizer):
+        options["summary_policy"] = attrs.evolve(
+            summary_policy, summarizer=_on_asyncio(summary_policy.summarizer, loop)
+        )
     run = _Run(loop)
     start_guest(loop, run.finished, run.main, store, provider, options)
     try:

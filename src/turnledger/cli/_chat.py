@@ -16,7 +16,14 @@ import attrs
 import httpx
 import trio
 
-from .. import InvalidCommand, ProviderSettingsError, UnknownSession, UnknownTurn, __version__
+from .. import (
+    InvalidCommand,
+    ProviderSettingsError,
+    SummaryFailed,
+    UnknownSession,
+    UnknownTurn,
+    __version__,
+)
 from ..adapters.providers import PROVIDER_KINDS
 from ..events import DEFAULT_CODEC, EventStore, Window
 from ..sessions import (
@@ -351,6 +358,10 @@ _HELP = """commands:
   /switch B      go on from branch B (main, b1, ...)
   /fork NEW [N]  a new session NEW that shares the first N questions (all) of /history
                  by reference; the chat goes on in it
+  /summarize [N] the model summarizes questions 1 to N (default: all but the last
+                 two); a request that must drop them then sends the summary instead
+  /pin TEXT      send TEXT with every question, right after the system prompt
+  /pins          the pinned items; /unpin ID stops sending one
   /new           start a fresh session (this one stays in the store)
   /exit, /quit   end the chat (so do exit, quit, Ctrl-D and Ctrl-C at the prompt)
 Enter asks; Esc-Enter (or Alt-Enter) starts a new line; a pasted block is one question.
@@ -480,6 +491,14 @@ class _Conversation:
             except InvalidCommand as exc:  # an unknown turn or branch, busy
                 self.fail(f"refused: {exc}")
             return True
+        if name in ("/summarize", "/pin", "/pins", "/unpin"):
+            try:
+                await self.context_command(name, command, hub)
+            except (InvalidCommand, UnknownSession) as exc:  # no such turns or pin, busy
+                self.fail(f"refused: {exc}")
+            except SummaryFailed as exc:
+                self.fail(f"no summary: {exc}")
+            return True
         if name in ("/exit", "/quit"):
             return False
         if name == "/help":
@@ -540,6 +559,45 @@ class _Conversation:
             f"{visible(forked.source)} (branch {forked.branch}); the chat goes on in it",
             Look.DIM,
         )
+
+    async def context_command(self, name: str, command: str, hub: Hub) -> None:
+        """/summarize [N], /pin TEXT, /pins and /unpin ID."""
+        parts = command.split(maxsplit=1)
+        arg = parts[1].strip() if len(parts) > 1 else ""
+        if name == "/summarize":
+            if arg and not (arg.isdigit() and int(arg) >= 1):
+                self.fail("usage: /summarize [N] (N: questions from the first, see /history)")
+                return
+            n = len(await hub.history(self.session_id))
+            end = int(arg) if arg else n - 2
+            if end < 1:
+                self.fail("nothing to summarize yet: the last two questions are kept as they are")
+                return
+            s = await hub.summarize(self.session_id, end=end)
+            self.say(
+                f"summary {s.summary_id} of questions {s.start + 1}-{s.end} "
+                f"({s.origin}, {s.origin_name}, ~{s.estimated_tokens} tokens):",
+                Look.DIM,
+            )
+            self.say(visible(s.text, lines=True))
+        elif name == "/pin":
+            if not arg:
+                self.fail("usage: /pin TEXT")
+                return
+            pin_id = await hub.pin(self.session_id, arg, origin="chat")
+            self.say(f"pinned as {pin_id}", Look.DIM)
+        elif name == "/unpin":
+            if not arg:
+                self.fail("usage: /unpin ID (an id /pins lists)")
+                return
+            await hub.unpin(self.session_id, arg)
+            self.say(f"unpinned {visible(arg)}", Look.DIM)
+        else:
+            pins = await hub.pins(self.session_id)
+            if not pins:
+                self.say("nothing pinned", Look.DIM)
+            for p in pins:
+                self.say(f"{p.pin_id} ({visible(p.origin)}): {visible(p.text, lines=True)}")
 
     async def history(self) -> None:
         turns = (await replay_stored(self.store, self.session_id)).turns

@@ -15,7 +15,7 @@ import trio
 
 from ..adapters.providers import PROVIDER_KINDS, open_provider
 from ..adapters.stores import store_kind
-from ..events import DEFAULT_CODEC, EventStore, ToolCall, TurnSubmitted
+from ..events import DEFAULT_CODEC, EventStore, SummarySent, ToolCall, TurnSubmitted
 from ..sessions import (
     ChatRequest,
     CommittedResult,
@@ -102,6 +102,9 @@ async def _run_demo(args: argparse.Namespace) -> int:
                 ok &= await demo.branch_scene()
                 ok &= await demo.erase_scene()
             ok &= await demo.every_protocol()
+            async with _open(args.provider, url) as provider:
+                demo.provider, demo.protocol = provider, args.provider
+                ok &= await demo.summary_scene()
     finally:
         await store.aclose()
 
@@ -494,6 +497,52 @@ class _Demo:
             out(f"  {name:17s} {describe(result)}")
             ok &= isinstance(result, CommittedResult)
         return ok
+
+    async def summary_scene(self) -> bool:
+        """A pinned item and a summary: what a long conversation keeps in its
+        requests, each an event, while history keeps every turn."""
+        out = self.out
+        session = self.session + "-summary"
+        out()
+        out("── 14. A pinned item goes with every request; a summary stands for dropped turns")
+        async with open_hub(
+            self.store, self.provider, model="demo-model", system=_SYSTEM, max_request_bytes=540
+        ) as hub:
+            pairs = (
+                ("My name is Ada and I keep bees.", "Noted: Ada, a beekeeper."),
+                ("How many hives should I start with?", "Two, so you can compare them."),
+                ("When do I harvest honey?", "Late summer, once the frames are capped."),
+            )
+            for q, a in pairs:
+                self.server.enqueue(self.slow(a, pause=0.01))
+                await (await hub.submit(session, q)).outcome()
+            pin = await hub.pin(session, "Answer in one sentence.", origin="policy")
+            out(f"  pinned {pin} (policy): sent after the system prompt, with every request")
+            self.server.enqueue(self.slow("Ada keeps bees and starts with two hives.", pause=0))
+            s = await hub.summarize(session, end=2)
+            out(
+                f"  summary {s.summary_id} of turns 1-{s.end} ({s.origin}, {s.origin_name} prompt, "
+                f"~{s.estimated_tokens} tokens): {s.text}"
+            )
+            self.server.enqueue(self.slow("Two hives, Ada; harvest in late summer.", pause=0.01))
+            result = await (await hub.submit(session, "Remind me of my plan?")).outcome()
+            body = self.server.exchanges[-1].body
+            events = [DEFAULT_CODEC.decode(e) for e in await self.store.read(session)]
+            (sub,) = [e for e in events if isinstance(e, TurnSubmitted)][-1:]
+            sent = [e.summary_id for e in events if isinstance(e, SummarySent)]
+            out(
+                f"  the next request dropped {sub.turns_dropped} turns and sent "
+                f"{', '.join(sent) or 'no summary'} in their place, "
+                f"the pin {'with it' if b'Answer in one sentence.' in body else 'NOT'}"
+            )
+            history = await hub.history(session)
+            out(f"  history keeps every turn: {len(history)} turn(s); replay ignores summaries")
+        return (
+            isinstance(result, CommittedResult)
+            and sent == [s.summary_id]
+            and b"Answer in one sentence." in body
+            and len(history) == 4
+        )
 
     async def _wait_ignored(self, request_id: str) -> float | None:
         with trio.move_on_after(5):

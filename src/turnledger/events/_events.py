@@ -18,6 +18,7 @@ __all__ = [
     "DISCARD_REASONS",
     "MAIN_BRANCH",
     "REJECT_REASONS",
+    "SUMMARY_ORIGINS",
     "WINDOW_SOURCES",
     "BranchId",
     "BranchKind",
@@ -29,12 +30,17 @@ __all__ = [
     "HistoryPolicy",
     "Ledger",
     "OnBusy",
+    "PinAdded",
+    "PinRemoved",
     "RejectReason",
     "RequestId",
     "SessionForked",
     "SessionId",
     "SessionStarted",
     "StreamStarted",
+    "SummaryOrigin",
+    "SummaryRecorded",
+    "SummarySent",
     "ToolCall",
     "ToolCallsRequested",
     "ToolErrorPolicy",
@@ -371,6 +377,70 @@ class SessionForked:
     at_turn: int = attrs.field(validator=attrs.validators.ge(0))
 
 
+#: Who wrote a summary: a function of the user's (``function``), or the
+#: session's own model with a named prompt (``model``).
+SummaryOrigin: TypeAlias = Literal["function", "model"]
+SUMMARY_ORIGINS: Final[frozenset[str]] = frozenset(get_args(SummaryOrigin))
+
+
+@attrs.frozen
+class SummaryRecorded:
+    """A summary of a contiguous run of committed turns, ``start`` to ``end``
+    (from 0, ``end`` excluded) on ``branch``'s path, from the turn of
+    ``first_request_id`` to the turn of ``last_request_id``.
+
+    It changes no turn: history stays what the turns are. A request may send
+    it in place of the turns it covers once they no longer fit
+    (:class:`SummarySent` says which request did).
+    """
+
+    summary_id: str
+    branch: BranchId
+    start: int = attrs.field(validator=attrs.validators.ge(0))
+    end: int = attrs.field(validator=attrs.validators.ge(1))
+    first_request_id: RequestId
+    last_request_id: RequestId
+    text: str
+    origin: SummaryOrigin
+    #: The function's name, or the name of the model's prompt.
+    origin_name: str
+    #: The summarizing request's id (a function's call gets one too).
+    request_id: RequestId
+    #: What the summarizing request cost, as the server reported it.
+    usage: Usage | None
+    #: UTF-8 size of the text, and its estimated tokens as a message.
+    size_bytes: int
+    estimated_tokens: int
+
+
+@attrs.frozen
+class SummarySent:
+    """The request just submitted (``request_id``) sends summary
+    ``summary_id`` in place of the turns it covers, right before the turns
+    it sends."""
+
+    request_id: RequestId
+    summary_id: str
+
+
+@attrs.frozen
+class PinAdded:
+    """An item pinned to the session's context: sent with every request,
+    right after the system prompt, until it is unpinned."""
+
+    pin_id: str
+    text: str
+    #: Where it comes from (``memory``, ``retrieval:doc-7``, ``policy``...).
+    origin: str
+
+
+@attrs.frozen
+class PinRemoved:
+    """A pinned item is no longer sent."""
+
+    pin_id: str
+
+
 Event: TypeAlias = (
     SessionStarted
     | TurnSubmitted
@@ -386,4 +456,8 @@ Event: TypeAlias = (
     | BranchStarted
     | BranchSwitched
     | SessionForked
+    | SummaryRecorded
+    | SummarySent
+    | PinAdded
+    | PinRemoved
 )

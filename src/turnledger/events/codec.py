@@ -28,9 +28,13 @@ from ._events import (
     Event,
     HistoryPolicy,
     Ledger,
+    PinAdded,
+    PinRemoved,
     SessionForked,
     SessionStarted,
     StreamStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCallsRequested,
     ToolResultRecorded,
     ToolRoundSubmitted,
@@ -76,6 +80,10 @@ WIRE_TAGS: Final[Mapping[type[Any], str]] = {
     BranchStarted: "branch_started",
     BranchSwitched: "branch_switched",
     SessionForked: "session_forked",
+    SummaryRecorded: "summary_recorded",
+    SummarySent: "summary_sent",
+    PinAdded: "pin_added",
+    PinRemoved: "pin_removed",
 }
 _CLASSES: Final[Mapping[str, type[Any]]] = {tag: cls for cls, tag in WIRE_TAGS.items()}
 
@@ -95,6 +103,10 @@ SCHEMA_VERSIONS: Final[Mapping[str, int]] = {
     "branch_started": 1,
     "branch_switched": 1,
     "session_forked": 1,
+    "summary_recorded": 1,
+    "summary_sent": 1,
+    "pin_added": 1,
+    "pin_removed": 1,
 }
 
 #: The only field of an encrypted payload (see

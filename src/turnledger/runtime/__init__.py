@@ -22,15 +22,22 @@ Modules:
 - ``_tickets``: what a caller holds for one Submit (preview and result).
 - ``_lifecycle``: erasure and retention over a store (a subject's sessions,
   a policy's steps applied).
+- ``_summaries``: who writes a summary (a function, or the session's model
+  with a named prompt) and when the hub's :class:`SummaryPolicy` asks.
 - ``_log``: the log vocabulary (event and field names) and the field builders.
 """
 
 from ._hub import Hub, HubStatistics, TurnHandle, open_hub
 from ._lifecycle import erase_sessions, forks_of, prune_store, sessions_of_subject, with_forks
+from ._summaries import PROMPTS, ModelSummarizer, SummaryFunction, SummaryPolicy
 
 __all__ = [
+    "PROMPTS",
     "Hub",
     "HubStatistics",
+    "ModelSummarizer",
+    "SummaryFunction",
+    "SummaryPolicy",
     "TurnHandle",
     "erase_sessions",
     "forks_of",

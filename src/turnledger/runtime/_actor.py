@@ -79,11 +79,15 @@ from ..events import (
     BranchSwitched,
     CompletionIgnored,
     Event,
+    PinAdded,
+    PinRemoved,
     RequestId,
     SessionForked,
     SessionStarted,
     StoredEvent,
     StreamStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCall,
     ToolCallsRequested,
     ToolResultRecorded,
@@ -113,6 +117,8 @@ from ..sessions._messages import (
     Failure,
     Interrupt,
     Message,
+    Pin,
+    RecordSummary,
     Regenerate,
     ResponseStarted,
     Start,
@@ -120,6 +126,7 @@ from ..sessions._messages import (
     Switch,
     Timeout,
     ToolDone,
+    Unpin,
 )
 from ..sessions._ports import ChatRequest, Completion
 from ..sessions._results import (
@@ -162,7 +169,9 @@ Item: TypeAlias = tuple[Message, Ticket | None]
 #: (an edit and a regenerate ask on a new branch).
 _ASKS: Final = (Submit, Edit, Regenerate)
 #: Messages a caller sends with a ticket: the asks and a switch.
-_COMMANDS: Final = (Submit, Edit, Regenerate, Switch)
+#: Commands whose ticket is settled once recorded (no turn to report).
+_SETTLED: Final = (Switch, RecordSummary, Pin, Unpin)
+_COMMANDS: Final = (Submit, Edit, Regenerate, *_SETTLED)
 
 #: An entry of :data:`EFFECTS`: ``(actor, message, event, state after the
 #: step, now)``; the event is of the type the entry is keyed by.
@@ -1073,9 +1082,9 @@ class Actor:
                     raise
         state = self.state
         for msg, ticket in batch:
-            if ticket is not None and isinstance(msg, Switch):
+            if ticket is not None and isinstance(msg, _SETTLED):
                 # Recorded (a write whose answer was lost) or not.
-                if state.active_branch == msg.branch:
+                if _recorded(state, msg):
                     ticket.settle()
                 else:
                     ticket.fail(exc)
@@ -1181,8 +1190,8 @@ class Actor:
                 # is one of these, and every streamed turn records one.)
                 if effect is not None:
                     effect(self, msg, ev, after, now)
-            if ticket is not None and isinstance(msg, Switch):
-                ticket.settle()  # switched (or already on that branch)
+            if ticket is not None and isinstance(msg, _SETTLED):
+                ticket.settle()  # recorded (or nothing to record: already so)
             if not events and ticket is not None and isinstance(msg, _ASKS):
                 # A request id seen before: a client retry, never recorded twice.
                 ending = ending_of(after, msg.request_id)
@@ -1308,6 +1317,9 @@ class Actor:
             deadline = now + cfg.turn_deadline if cfg.turn_deadline is not None else math.inf
             flight = self._flight = _Flight(self, ev.request_id, deadline, now)
             flight.tickets = self._waiting.get(ev.request_id, [])
+            hook = self.rt.on_submitted
+            if hook is not None:
+                hook(self.session_id, after, ev)  # starts a summary, never waits for one
             # Timed once its request goes out (_send_if_due), in this same
             # step: a turn answered at once with its question never is, and
             # the timers' heap does not keep it alive after it ended.
@@ -1556,4 +1568,20 @@ EFFECTS: Final[Mapping[type[Event], _Effect | None]] = {
     BranchSwitched: None,
     # A fork's second event is written by the hub before any actor runs.
     SessionForked: None,
+    # Summaries and pins change what later requests carry, nothing now (a
+    # request's SummarySent is read when it is built).
+    SummaryRecorded: None,
+    SummarySent: None,
+    PinAdded: None,
+    PinRemoved: None,
 }
+
+
+def _recorded(state: SessionState, msg: Switch | RecordSummary | Pin | Unpin) -> bool:
+    """Whether ``state`` shows the settled command ``msg`` as done."""
+    if isinstance(msg, Switch):
+        return state.active_branch == msg.branch
+    if isinstance(msg, RecordSummary):
+        return any(x.request_id == msg.request_id for x in state.summaries)
+    pinned = any(p.pin_id == msg.pin_id for p in state.pins)
+    return pinned if isinstance(msg, Pin) else not pinned

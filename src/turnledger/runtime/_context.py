@@ -58,6 +58,9 @@ class Config:
     #: (``None``: never by count), or this many characters of committed text.
     snapshot_every: int | None = attrs.field(default=1000, validator=_positive_or_none)
     snapshot_chars: int | None = attrs.field(default=4_000_000, validator=_positive_or_none)
+    #: The pinned items' own budget and a summary's cap (estimated tokens).
+    max_pinned_tokens: int | None = attrs.field(default=None, validator=_positive_or_none)
+    max_summary_tokens: int | None = attrs.field(default=None, validator=_positive_or_none)
 
     def __attrs_post_init__(self) -> None:
         window, reserve = self.context_window, self.output_reserve
@@ -143,6 +146,10 @@ class Runtime(Generic[A]):
     #: When the store's size cap refuses an append: make room (the hub's
     #: retention, sparing the session named) and say whether any was made.
     make_room: Callable[[str], Awaitable[bool]] | None = None
+    #: After a question this actor decided is submitted: ``(session id, the
+    #: state after it, its TurnSubmitted)``, for the hub's summary policy.
+    #: Must not block (it may only start a task of the hub's).
+    on_submitted: Callable[[str, Any, Any], None] | None = None
 
     def tools_of(self, session_id: str) -> Mapping[str, Tool]:
         """The tool functions a session's calls run."""

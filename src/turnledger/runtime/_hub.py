@@ -34,6 +34,7 @@ from .._errors import (
     SessionOwnedElsewhere,
     StoreCapReached,
     StoreError,
+    SummaryFailed,
     UnknownSession,
     describe_store_error,
 )
@@ -47,15 +48,28 @@ from ..events import (
     HistoryPolicy,
     Ledger,
     OnBusy,
+    PinAdded,
     RequestId,
     SessionForked,
+    SummaryRecorded,
     ToolErrorPolicy,
+    TurnSubmitted,
 )
 from ..sessions._branches import BranchInfo
 from ..sessions._forks import fork_events
 from ..sessions._history import Turn
-from ..sessions._machine import SessionState, branches_of, decide
-from ..sessions._messages import Cancel, Edit, Regenerate, Start, Submit, Switch
+from ..sessions._machine import SessionState, branch_turns, branches_of, decide
+from ..sessions._messages import (
+    Cancel,
+    Edit,
+    Pin,
+    RecordSummary,
+    Regenerate,
+    Start,
+    Submit,
+    Switch,
+    Unpin,
+)
 from ..sessions._ports import Provider
 from ..sessions._projection import Budget, CharTokenEstimator, TokenEstimator
 from ..sessions._results import RejectedResult, TurnResult
@@ -74,6 +88,13 @@ from ._lifecycle import (
 )
 from ._log import get_logger
 from ._snapshots import recover_state
+from ._summaries import (
+    ModelSummarizer,
+    Summarizer,
+    SummaryPolicy,
+    policy_range,
+    run_summarizer,
+)
 from ._tickets import Ticket
 from ._timers import Timers
 
@@ -324,8 +345,16 @@ class Hub:
         tools: Mapping[str, Tool] | None = None,
         retention: RetentionPolicy | None = None,
         snapshots: SnapshotStore | None = None,
+        summary_policy: SummaryPolicy | None = None,
     ) -> None:
         self._nursery = nursery
+        self._summary_policy = summary_policy
+        #: Sessions a summary of the policy's is being written for.
+        self._summarizing: set[str] = set()
+        #: When the policy's last summary of a session failed (trio clock).
+        self._summary_failed_at: dict[str, float] = {}
+        #: The scopes of the policy's summaries: cancelled when the hub closes.
+        self._summary_scopes: set[trio.CancelScope] = set()
         self._config = config
         self._retention = retention
         self._counters = Counters()
@@ -339,6 +368,8 @@ class Hub:
                 provider.encoder,
                 config.max_prompt_tokens,
                 config.token_estimator,
+                config.max_pinned_tokens,
+                config.max_summary_tokens,
             ),
             counters=self._counters,
             nursery=nursery,
@@ -347,6 +378,7 @@ class Hub:
             tools=dict(tools or {}),
             make_room=None if retention is None else self._make_room,
             snapshots=snapshots,
+            on_submitted=None if summary_policy is None else self._on_submitted,
         )
         self._store = store
         self._janitor_scope = trio.CancelScope()
@@ -641,15 +673,7 @@ class Hub:
         """
         msg = Switch(BranchId(branch))
         await self._check_command(session_id, msg)
-        ticket = Ticket()
-        await self._send(session_id, (msg, ticket))
-        while not ticket.done:
-            await ticket.wait()
-        error = ticket.error
-        if isinstance(error, (InvalidCommand, StoreError)):
-            raise error  # refused, or not recorded: the active branch is unchanged
-        if error is not None:
-            raise SessionClosed(str(error)) from error.__cause__
+        await self._settled(session_id, msg)
 
     async def branches(self, session_id: str) -> tuple[BranchInfo, ...]:
         """Every branch of the session, ``main`` first, with where it starts,
@@ -660,13 +684,224 @@ class Hub:
         """
         return branches_of(await self._existing(session_id))
 
+    # -- summaries and pinned items -------------------------------------------
+
+    async def summarize(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        branch: str | None = None,
+        summarizer: Summarizer | None = None,
+        timeout: float | None = 60.0,
+        request_id: str | None = None,
+    ) -> SummaryRecorded:
+        """Summarize turns ``start`` to ``end`` (from 0, ``end`` excluded;
+        ``None``: every turn) of ``branch``'s path (``None``: the active
+        branch) and record the summary. A later request that has to drop
+        those turns may send it in their place (docs/summaries.md).
+
+        The summary is written here, in the caller's task, never in the
+        session's: its turns go on meanwhile, and only the finished text
+        goes through the session (one event, ``summary_recorded``).
+
+        Args:
+            summarizer: a :class:`ModelSummarizer` (the session's own model
+                with a named prompt; the default) or an async function that
+                takes the turns and returns the text.
+            timeout: seconds the summarizer may take (``None``: no limit).
+            request_id: the summarizing request's id (default: a new one);
+                recording the same id twice records it once.
+
+        Returns:
+            The recorded event: its id (``s1``, ``s2``...), the turns it
+            covers, its text, origin, usage, size and estimated tokens.
+
+        Raises:
+            UnknownSession: no session has this id.
+            UnknownBranch, UnknownTurn: no such branch, or no such turns on
+                it; nothing was asked or written.
+            SummaryFailed: the summarizer raised, gave no text or timed out
+                (logged as ``summary_failed``); nothing was written.
+            StoreError: the store refused the summary; nothing was written.
+            SessionClosed: the hub is closed.
+
+        Cancellation: if cancelled while the summary is written, nothing is
+        recorded; once its text is queued for the session, it is recorded
+        and only the wait is abandoned.
+        """
+        _check_id("session id", session_id)
+        rid = _new_request_id(request_id)
+        state = await self._existing(session_id)
+        name = BranchId(state.active_branch if branch is None else branch)
+        turns = branch_turns(state, name)  # UnknownBranch
+        stop = len(turns) if end is None else end
+        log = get_logger().bind(session_id=session_id, request_id=rid)
+        # The session's own check of the range, before anything is asked.
+        check = RecordSummary(rid, name, start, stop, "?", "function", "check")
+        decide(state, check, budget=self._runtime.budget)
+        config = state.config
+        assert config is not None
+        chosen: Summarizer = ModelSummarizer() if summarizer is None else summarizer
+        log.info("summary_started", branch=name, start=start, end=stop)
+        try:
+            text, origin, origin_name, usage = await run_summarizer(
+                chosen, self._runtime.provider, config.model, turns[start:stop], rid, timeout
+            )
+        except SummaryFailed as exc:
+            log.warning("summary_failed", branch=name, start=start, end=stop, error=str(exc))
+            raise
+        msg = RecordSummary(rid, name, start, stop, text, origin, origin_name, usage)
+        await self._settled(session_id, msg)
+        for x in (await self.state(session_id)).summaries:
+            if x.request_id == rid:
+                log.info("summary_recorded", summary_id=x.summary_id, tokens=x.estimated_tokens)
+                return x
+        raise SessionClosed(f"session {session_id!r} stopped before the summary was recorded")
+
+    async def summaries(self, session_id: str) -> tuple[SummaryRecorded, ...]:
+        """Every summary of the session (of any branch), oldest first.
+
+        Raises:
+            UnknownSession: no session has this id.
+        """
+        return (await self._existing(session_id)).summaries
+
+    async def pin(
+        self, session_id: str, text: str, *, origin: str, pin_id: str | None = None
+    ) -> str:
+        """Pin ``text`` to the session's context: every later request sends
+        it right after the system prompt (pinned items in the order they
+        were pinned), within the pinned items' own budget
+        (``max_pinned_tokens``: over it, a question is rejected as
+        ``over_budget``, as one whose system prompt is too large).
+
+        Args:
+            origin: where it comes from (``memory``, ``retrieval:doc-7``,
+                ``policy``...), recorded with it.
+            pin_id: its id (default: ``p1``, ``p2``..., the first free).
+
+        Returns:
+            The pinned item's id.
+
+        Raises:
+            UnknownSession: no session has this id.
+            SessionBusy: a turn is in flight (pins change between turns).
+            InvalidCommand: empty text or origin, a bad or taken id.
+            StoreError: the store refused it; nothing was written.
+            SessionClosed: the hub is closed.
+
+        Cancellation: if cancelled before the pin was queued, nothing was
+        sent; afterwards it is recorded and only the wait is abandoned.
+        """
+        _check_id("session id", session_id)
+        if pin_id is None:
+            taken = {p.pin_id for p in (await self._existing(session_id)).pins}
+            pin_id = next(f"p{k}" for k in range(1, len(taken) + 2) if f"p{k}" not in taken)
+        msg = Pin(pin_id, text, origin)
+        await self._check_command(session_id, msg)
+        await self._settled(session_id, msg)
+        return pin_id
+
+    async def unpin(self, session_id: str, pin_id: str) -> None:
+        """Stop sending the pinned item ``pin_id`` (its events stay in the log).
+
+        Raises:
+            UnknownSession: no session has this id.
+            UnknownPin: the session has no such pinned item.
+            SessionBusy: a turn is in flight.
+            StoreError: the store refused it; nothing was written.
+            SessionClosed: the hub is closed.
+
+        Cancellation: as :meth:`pin`.
+        """
+        msg = Unpin(pin_id)
+        await self._check_command(session_id, msg)
+        await self._settled(session_id, msg)
+
+    async def pins(self, session_id: str) -> tuple[PinAdded, ...]:
+        """The items pinned now, in the order they are sent.
+
+        Raises:
+            UnknownSession: no session has this id.
+        """
+        return (await self._existing(session_id)).pins
+
+    async def _settled(self, session_id: str, msg: Switch | RecordSummary | Pin | Unpin) -> None:
+        # Send a command that reports no turn, and wait until it is recorded.
+        ticket = Ticket()
+        await self._send(session_id, (msg, ticket))
+        while not ticket.done:
+            await ticket.wait()
+        error = ticket.error
+        if isinstance(error, (InvalidCommand, StoreError)):
+            raise error  # refused, or not recorded: nothing changed
+        if error is not None:
+            raise SessionClosed(str(error)) from error.__cause__
+
+    def _on_submitted(self, session_id: str, state: SessionState, ev: TurnSubmitted) -> None:
+        # The summary policy, after a question went out: start a summary in a
+        # task of the hub's if one is due; never wait for it here.
+        policy = self._summary_policy
+        if policy is None or session_id in self._summarizing or self._routes.closed:
+            return
+        failed = self._summary_failed_at.get(session_id)
+        if failed is not None and trio.current_time() - failed < policy.retry_after:
+            return
+        span = policy_range(policy, state, ev)
+        if span is None:
+            return
+        self._summarizing.add(session_id)
+        self._nursery.start_soon(
+            self._summarize_for_policy,
+            session_id,
+            state.active_branch,
+            *span,
+            name="turnledger.summary",
+        )
+
+    async def _summarize_for_policy(
+        self, session_id: str, branch: BranchId, start: int, end: int
+    ) -> None:
+        policy = self._summary_policy
+        assert policy is not None
+        scope = trio.CancelScope()
+        self._summary_scopes.add(scope)
+        try:
+            with scope:
+                await self.summarize(
+                    session_id,
+                    start=start,
+                    end=end,
+                    branch=branch,
+                    summarizer=policy.summarizer,
+                    timeout=policy.timeout,
+                )
+                self._summary_failed_at.pop(session_id, None)
+        except (SummaryFailed, InvalidCommand, StoreError, SessionClosed, UnknownSession) as exc:
+            # Logged (summarize logs a summarizer's failure itself) and tried
+            # again on a later question.
+            self._summary_failed_at[session_id] = trio.current_time()
+            if not isinstance(exc, SummaryFailed):
+                get_logger().bind(session_id=session_id).warning(
+                    "summary_failed", error=type(exc).__name__, detail=str(exc)
+                )
+        finally:
+            self._summary_scopes.discard(scope)
+            self._summarizing.discard(session_id)
+            if scope.cancelled_caught:
+                get_logger().bind(session_id=session_id).info("summary_cancelled")
+
     async def _existing(self, session_id: str) -> SessionState:
         state = await self.state(session_id)
         if state.config is None:
             raise UnknownSession(f"no session {session_id!r}")
         return state
 
-    async def _check_command(self, session_id: str, msg: Edit | Regenerate | Switch) -> None:
+    async def _check_command(
+        self, session_id: str, msg: Edit | Regenerate | Switch | Pin | Unpin
+    ) -> None:
         # The session's own decision on the hub's view of it, thrown away: a
         # bad turn or branch is refused here, before anything is sent, with
         # the error the session itself would give.
@@ -1014,6 +1249,8 @@ class Hub:
         grace = trio.current_time() + self._config.shutdown_grace
         for scope in self._runtime.snapshot_scopes:
             scope.deadline = min(scope.deadline, grace)
+        for scope in self._summary_scopes:
+            scope.cancel()  # a summary not written yet is never needed
 
 
 @asynccontextmanager
@@ -1044,6 +1281,9 @@ async def open_hub(
     snapshots: SnapshotStore | None = None,
     snapshot_every: int | None = 1000,
     snapshot_chars: int | None = 4_000_000,
+    max_pinned_tokens: int | None = None,
+    max_summary_tokens: int | None = None,
+    summary_policy: SummaryPolicy | None = None,
 ) -> AsyncIterator[Hub]:
     """Run session actors for ``store`` and ``provider`` while the context is open.
 
@@ -1098,6 +1338,13 @@ async def open_hub(
             background, once this many events or this many characters of
             committed questions and answers came since the last one
             (``None`` turns either trigger off).
+        max_pinned_tokens: the pinned items' own budget, in estimated
+            tokens, all together (``None``: only the request's caps); a
+            question whose pinned items are over it is rejected.
+        max_summary_tokens: a summary over this many estimated tokens is
+            never sent (``None``: only the request's caps).
+        summary_policy: when the hub writes summaries by itself
+            (:class:`SummaryPolicy`); ``None``: only :meth:`Hub.summarize`.
 
     On exit every actor stops: queued questions are refused with
     :class:`~turnledger.SessionClosed`, queued results are still handled,
@@ -1138,12 +1385,21 @@ async def open_hub(
         clock=clock,
         snapshot_every=snapshot_every,
         snapshot_chars=snapshot_chars,
+        max_pinned_tokens=max_pinned_tokens,
+        max_summary_tokens=max_summary_tokens,
     )
     unwrapped: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             hub = Hub(
-                nursery, store, provider, config, by_name, retention=retention, snapshots=snapshots
+                nursery,
+                store,
+                provider,
+                config,
+                by_name,
+                retention=retention,
+                snapshots=snapshots,
+                summary_policy=summary_policy,
             )
             try:
                 yield hub

@@ -20,8 +20,12 @@ from ..events import (
     BranchSwitched,
     CompletionIgnored,
     Event,
+    PinAdded,
+    PinRemoved,
     SessionForked,
     SessionStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCallsRequested,
     ToolResultRecorded,
     ToolRoundSubmitted,
@@ -40,11 +44,14 @@ from ..sessions._messages import (
     Failed,
     Interrupt,
     Message,
+    Pin,
+    RecordSummary,
     Regenerate,
     Start,
     Submit,
     Switch,
     Timeout,
+    Unpin,
     safe_finish_reason,
 )
 
@@ -78,6 +85,10 @@ EVENTS: Final[dict[str, str]] = {
     "session_erased": "info",
     "session_trimmed": "info",
     "session_forked": "info",
+    "summary_started": "info",
+    "summary_recorded": "info",
+    "summary_failed": "warning",
+    "summary_cancelled": "info",
 }
 
 #: Every key that may appear in those lines (besides structlog's own
@@ -129,6 +140,16 @@ FIELDS: Final[frozenset[str]] = frozenset(
         "parent",
         "at_turn",
         "kind",
+        "start",
+        "end",
+        "summary_id",
+        "tokens",
+        "pin_id",
+        "pin_chars",
+        "origin",
+        "summary_bytes",
+        "summary_chars",
+        "estimated_tokens",
     }
 )
 
@@ -200,6 +221,15 @@ def message_fields(msg: Message, state: SessionState) -> dict[str, Any]:
     elif isinstance(msg, Start):
         out["request_id"] = None
         out["stale"] = False
+    elif isinstance(msg, (Pin, Unpin)):
+        out["request_id"] = current
+        out["stale"] = False
+        out["pin_id"] = msg.pin_id
+    elif isinstance(msg, RecordSummary):
+        # The summarizing request's id (never the text).
+        out["request_id"] = msg.request_id
+        out["stale"] = any(x.request_id == msg.request_id for x in state.summaries)
+        out["summary_chars"] = len(msg.text)
     else:
         out["request_id"] = msg.request_id
         out["stale"] = msg.request_id != current
@@ -232,6 +262,12 @@ def transition_fields(event: Event) -> dict[str, Any]:
         out["source_seq"] = event.source_seq
         out["branch"] = event.branch
         out["at_turn"] = event.at_turn
+    if isinstance(event, (PinAdded, PinRemoved)):
+        # Its id and size, never its text.
+        out["request_id"] = None
+        out["pin_id"] = event.pin_id
+        if isinstance(event, PinAdded):
+            out["pin_chars"] = len(event.text)
         return out
     out["request_id"] = event.request_id
     if isinstance(event, BranchStarted):
@@ -279,6 +315,17 @@ def transition_fields(event: Event) -> dict[str, Any]:
     elif isinstance(event, ToolRoundSubmitted):
         out["round"] = event.round
         out["request_bytes"] = event.request_bytes
+    elif isinstance(event, SummaryRecorded):
+        out["summary_id"] = event.summary_id
+        out["branch"] = event.branch
+        out["start"] = event.start
+        out["end"] = event.end
+        out["origin"] = event.origin
+        out["summary_bytes"] = event.size_bytes
+        out["estimated_tokens"] = event.estimated_tokens
+        _usage_fields(out, event.usage)
+    elif isinstance(event, SummarySent):
+        out["summary_id"] = event.summary_id
     return out
 
 

@@ -94,11 +94,12 @@ async def write_snapshot(
     path of turns, and the tree is rebuilt from the events (after the last
     snapshot taken before the session branched, if any). Nor is a fork: its
     snapshot would hold a copy of the turns it shares with its source,
-    which the source's erasure could not reach.
+    which the source's erasure could not reach. Nor is one with pinned items
+    or summaries: they are rebuilt from their events too.
 
     Cancellation: a cancelled call saved the snapshot or did not.
     """
-    if state.branches or state.fork is not None:
+    if state.branches or state.fork is not None or state.pins or state.summaries:
         return False
     try:
         snap = await trio.to_thread.run_sync(

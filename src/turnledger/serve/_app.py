@@ -87,7 +87,9 @@ from .. import (
     SessionExists,
     SessionOwnedElsewhere,
     StoreError,
+    SummaryFailed,
     UnknownBranch,
+    UnknownPin,
     UnknownSession,
     UnknownTurn,
 )
@@ -95,6 +97,7 @@ from .._errors import describe_store_error
 from ..adapters.stores._pg_cluster import Call
 from ..adapters.stores.postgres import PostgresStore
 from ..events import DEFAULT_CODEC, EventStore, RequestId, StoredEvent
+from ..runtime import PROMPTS, ModelSummarizer
 from ..sessions import (
     BranchInfo,
     Budget,
@@ -604,6 +607,10 @@ class _Service:
             return ApiError(404, "unknown_turn", str(exc))
         if isinstance(exc, UnknownBranch):
             return ApiError(404, "unknown_branch", str(exc))
+        if isinstance(exc, UnknownPin):
+            return ApiError(404, "unknown_pin", str(exc))
+        if isinstance(exc, SummaryFailed):
+            return ApiError(502, "summary_failed", str(exc))
         if isinstance(exc, SessionBusy):
             return ApiError(409, "busy", str(exc))
         if isinstance(exc, SessionExists):
@@ -717,6 +724,86 @@ class _Service:
         except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
             raise self._hub_error(exc) from None
         return _json(_branches_json(session_id, listed))
+
+    async def summarize(self, request: Request) -> Response:
+        """POST .../summarize ``{"start"?, "end"?, "branch"?, "prompt"?}``:
+        the session's model summarizes turns ``start`` to ``end`` (from 0,
+        ``end`` excluded; default every turn) of a branch (default the
+        active one) with the named prompt (default ``concise``); 201 with
+        the recorded summary. Nothing is written on an error."""
+        session_id = _path_id(request, "session_id")
+        body = await self._body(request, empty=True)
+        _only(body, "start", "end", "branch", "prompt")
+        start, end = body.get("start", 0), body.get("end")
+        if type(start) is not int or not (end is None or type(end) is int):
+            raise ApiError(400, "bad_field", "start and end must be integers")
+        branch = body.get("branch")
+        if branch is not None and not isinstance(branch, str):
+            raise ApiError(400, "bad_field", "branch must be a string")
+        prompt = body.get("prompt", "concise")
+        if prompt not in PROMPTS:
+            known = ", ".join(sorted(PROMPTS))
+            raise ApiError(400, "bad_field", f"prompt must be one of {known}")
+        try:
+            ev = await self.hub.summarize(
+                session_id,
+                start=start,
+                end=end,
+                branch=branch,
+                summarizer=ModelSummarizer(prompt),
+            )
+        except (StoreError, SessionClosed, InvalidCommand, UnknownSession, SummaryFailed) as exc:
+            raise self._hub_error(exc) from None
+        return _json({"session_id": session_id, "summary": attrs.asdict(ev)}, 201)
+
+    async def summaries(self, request: Request) -> Response:
+        """GET .../summaries: every summary of the session, oldest first."""
+        session_id = _path_id(request, "session_id")
+        try:
+            listed = await self.hub.summaries(session_id)
+        except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
+            raise self._hub_error(exc) from None
+        return _json({"session_id": session_id, "summaries": [attrs.asdict(x) for x in listed]})
+
+    async def pin(self, request: Request) -> Response:
+        """POST .../pins ``{"text", "origin", "pin_id"?}``: pin an item to
+        the session's context; 201 with the pinned items."""
+        session_id = _path_id(request, "session_id")
+        body = await self._body(request)
+        _only(body, "text", "origin", "pin_id")
+        text, origin, pin_id = body.get("text"), body.get("origin"), body.get("pin_id")
+        if not isinstance(text, str) or not isinstance(origin, str):
+            raise ApiError(400, "bad_field", "text and origin must be strings")
+        if pin_id is not None and not isinstance(pin_id, str):
+            raise ApiError(400, "bad_field", "pin_id must be a string")
+        try:
+            async with self.gates.hold(session_id):
+                await self.hub.pin(session_id, text, origin=origin, pin_id=pin_id)
+                listed = await self.hub.pins(session_id)
+        except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
+            raise self._hub_error(exc) from None
+        return _json(_pins_json(session_id, listed), 201)
+
+    async def pins(self, request: Request) -> Response:
+        """GET .../pins: the items pinned now, in the order they are sent."""
+        session_id = _path_id(request, "session_id")
+        try:
+            listed = await self.hub.pins(session_id)
+        except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
+            raise self._hub_error(exc) from None
+        return _json(_pins_json(session_id, listed))
+
+    async def unpin(self, request: Request) -> Response:
+        """DELETE .../pins/{pin_id}: stop sending a pinned item."""
+        session_id = _path_id(request, "session_id")
+        pin_id = _path_id(request, "pin_id")
+        try:
+            async with self.gates.hold(session_id):
+                await self.hub.unpin(session_id, pin_id)
+                listed = await self.hub.pins(session_id)
+        except (StoreError, SessionClosed, InvalidCommand, UnknownSession) as exc:
+            raise self._hub_error(exc) from None
+        return _json(_pins_json(session_id, listed))
 
     async def _ask(
         self,
@@ -1423,6 +1510,10 @@ def _describe_rejection(result: RejectedResult) -> str:
     }.get(result.reason, result.reason)
 
 
+def _pins_json(session_id: str, listed: tuple[Any, ...]) -> dict[str, Any]:
+    return {"session_id": session_id, "pins": [attrs.asdict(p) for p in listed]}
+
+
 def _branches_json(session_id: str, listed: tuple[BranchInfo, ...]) -> dict[str, Any]:
     active = next((b.branch_id for b in listed if b.active), "main")
     return {
@@ -1734,6 +1825,11 @@ def create_app(
             Route(f"/v1/sessions/{sid}/switch", svc.switch, methods=["POST"]),
             Route(f"/v1/sessions/{sid}/branches", svc.branches),
             Route(f"/v1/sessions/{sid}/fork", svc.fork, methods=["POST"]),
+            Route(f"/v1/sessions/{sid}/summarize", svc.summarize, methods=["POST"]),
+            Route(f"/v1/sessions/{sid}/summaries", svc.summaries),
+            Route(f"/v1/sessions/{sid}/pins", svc.pins),
+            Route(f"/v1/sessions/{sid}/pins", svc.pin, methods=["POST"]),
+            Route(f"/v1/sessions/{sid}/pins/{{pin_id}}", svc.unpin, methods=["DELETE"]),
             Route(f"{turn}/stream", svc.reattach),
             Route(f"{turn}/cancel", svc.cancel, methods=["POST"]),
         ],

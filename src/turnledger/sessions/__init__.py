@@ -61,6 +61,7 @@ from ._machine import (
     prompt_token_cap,
     replay,
     request_messages,
+    summary_of,
 )
 from ._messages import (
     Cancel,
@@ -70,6 +71,8 @@ from ._messages import (
     Failure,
     Interrupt,
     Message,
+    Pin,
+    RecordSummary,
     Regenerate,
     ResponseStarted,
     Start,
@@ -77,6 +80,7 @@ from ._messages import (
     Switch,
     Timeout,
     ToolDone,
+    Unpin,
 )
 from ._ports import (
     AnswersAtOnce,
@@ -104,6 +108,8 @@ if _TYPE_CHECKING:
     from ..runtime import (
         Hub,
         HubStatistics,
+        ModelSummarizer,
+        SummaryPolicy,
         TurnHandle,
         erase_sessions,
         forks_of,
@@ -147,9 +153,12 @@ __all__ = [
     "JsonChatEncoder",
     "Message",
     "ModelInfo",
+    "ModelSummarizer",
     "Pending",
+    "Pin",
     "Plan",
     "Provider",
+    "RecordSummary",
     "Regenerate",
     "RejectedResult",
     "RequestEncoder",
@@ -162,6 +171,7 @@ __all__ = [
     "StreamSink",
     "Streaming",
     "Submit",
+    "SummaryPolicy",
     "Switch",
     "Timeout",
     "TokenEstimator",
@@ -174,6 +184,7 @@ __all__ = [
     "Turn",
     "TurnHandle",
     "TurnResult",
+    "Unpin",
     "branch_turns",
     "branches_of",
     "build_messages",
@@ -197,12 +208,15 @@ __all__ = [
     "request_messages",
     "sessions_of_subject",
     "subject_of",
+    "summary_of",
     "with_forks",
 ]
 
 _LAZY = {
     "Hub",
     "HubStatistics",
+    "ModelSummarizer",
+    "SummaryPolicy",
     "TurnHandle",
     "erase_sessions",
     "forks_of",

@@ -64,22 +64,35 @@ and the generated diagram.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypeAlias
 
 import attrs
 
-from .._errors import InvalidCommand, ReplayError, SessionBusy, UnknownBranch, UnknownTurn
+from .._errors import (
+    InvalidCommand,
+    ReplayError,
+    SessionBusy,
+    UnknownBranch,
+    UnknownPin,
+    UnknownTurn,
+)
 from ..events import (
+    SUMMARY_ORIGINS,
     BranchKind,
     BranchStarted,
     BranchSwitched,
     CompletionIgnored,
     Event,
+    PinAdded,
+    PinRemoved,
     RequestId,
     SessionForked,
     SessionStarted,
     StreamStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCall,
     ToolCallsRequested,
     ToolResultRecorded,
@@ -101,6 +114,8 @@ from ._messages import (
     Failed,
     Interrupt,
     Message,
+    Pin,
+    RecordSummary,
     Regenerate,
     ResponseStarted,
     Start,
@@ -108,6 +123,7 @@ from ._messages import (
     Switch,
     Timeout,
     ToolDone,
+    Unpin,
     safe_finish_reason,
 )
 from ._phases import (
@@ -127,7 +143,15 @@ from ._phases import (
     initial_state,
     is_in_flight,
 )
-from ._projection import Budget, build_messages, plan, tools_tokens
+from ._projection import (
+    Budget,
+    build_messages,
+    covers_dropped,
+    pin_messages,
+    plan,
+    summary_message,
+    tools_tokens,
+)
 from ._request import ChatMessage
 
 # The phases, their queries and the session's token cap are named here too,
@@ -155,6 +179,7 @@ __all__ = [
     "prompt_token_cap",
     "replay",
     "request_messages",
+    "summary_of",
 ]
 
 _DEFAULT_BUDGET: Final = Budget()
@@ -185,6 +210,10 @@ TRANSITIONS: Final[_MessageTable] = {
         Edit: frozenset({Idle}),
         Regenerate: frozenset({Idle}),
         Switch: frozenset({Idle}),
+        # Idle has no turn to summarize: an UnknownTurn.
+        RecordSummary: frozenset({Idle}),
+        Pin: frozenset({Idle}),
+        Unpin: frozenset({Idle}),
     },
     **{
         rest: {
@@ -199,6 +228,9 @@ TRANSITIONS: Final[_MessageTable] = {
             Edit: frozenset({rest, Pending}),  # rest: rejected
             Regenerate: frozenset({rest, Pending}),
             Switch: frozenset({rest}),
+            RecordSummary: frozenset({rest}),
+            Pin: frozenset({rest}),
+            Unpin: frozenset({rest}),
         }
         for rest in (Committed, Discarded)
     },
@@ -217,6 +249,12 @@ TRANSITIONS: Final[_MessageTable] = {
         Edit: frozenset({Pending}),
         Regenerate: frozenset({Pending}),
         Switch: frozenset({Pending, Discarded}),
+        # A summary is recorded whenever it is ready (a request in flight
+        # keeps the one it was sent with); a pin or an unpin waits for rest
+        # (SessionBusy), so a request's pinned items never change under it.
+        RecordSummary: frozenset({Pending}),
+        Pin: frozenset({Pending}),
+        Unpin: frozenset({Pending}),
     },
     Streaming: {
         Submit: frozenset({Streaming, Pending}),
@@ -230,6 +268,12 @@ TRANSITIONS: Final[_MessageTable] = {
         Edit: frozenset({Streaming, Pending}),
         Regenerate: frozenset({Streaming, Pending}),
         Switch: frozenset({Streaming, Discarded}),
+        # A summary is recorded whenever it is ready (a request in flight
+        # keeps the one it was sent with); a pin or an unpin waits for rest
+        # (SessionBusy), so a request's pinned items never change under it.
+        RecordSummary: frozenset({Streaming}),
+        Pin: frozenset({Streaming}),
+        Unpin: frozenset({Streaming}),
     },
     AwaitingTools: {
         Submit: frozenset({AwaitingTools, Pending}),
@@ -243,6 +287,12 @@ TRANSITIONS: Final[_MessageTable] = {
         Edit: frozenset({AwaitingTools, Pending}),
         Regenerate: frozenset({AwaitingTools, Pending}),
         Switch: frozenset({AwaitingTools, Discarded}),
+        # A summary is recorded whenever it is ready (a request in flight
+        # keeps the one it was sent with); a pin or an unpin waits for rest
+        # (SessionBusy), so a request's pinned items never change under it.
+        RecordSummary: frozenset({AwaitingTools}),
+        Pin: frozenset({AwaitingTools}),
+        Unpin: frozenset({AwaitingTools}),
     },
 }
 
@@ -257,6 +307,9 @@ EVENT_TRANSITIONS: Final[_EventTable] = {
         TurnSubmitted: Pending,
         TurnRejected: None,
         CompletionIgnored: None,
+        SummaryRecorded: None,
+        PinAdded: None,
+        PinRemoved: None,
     },
     **{
         rest: {
@@ -266,12 +319,19 @@ EVENT_TRANSITIONS: Final[_EventTable] = {
             # A branch starts, or another one becomes active, only at rest.
             BranchStarted: None,
             BranchSwitched: None,
+            SummaryRecorded: None,
+            # Pins change only at rest.
+            PinAdded: None,
+            PinRemoved: None,
         }
         for rest in (Committed, Discarded)
     },
     Pending: {
         StreamStarted: Streaming,
         TurnRetried: Pending,
+        # Right after the TurnSubmitted (or TurnRetried) whose request sends it.
+        SummarySent: None,
+        SummaryRecorded: None,
         TurnCommitted: Committed,
         TurnDiscarded: Discarded,
         TurnRejected: None,
@@ -280,6 +340,7 @@ EVENT_TRANSITIONS: Final[_EventTable] = {
     },
     Streaming: {
         TurnRetried: Pending,
+        SummaryRecorded: None,
         TurnCommitted: Committed,
         TurnDiscarded: Discarded,
         TurnRejected: None,
@@ -288,6 +349,7 @@ EVENT_TRANSITIONS: Final[_EventTable] = {
     },
     AwaitingTools: {
         ToolResultRecorded: None,
+        SummaryRecorded: None,
         ToolRoundSubmitted: Pending,
         TurnDiscarded: Discarded,
         TurnRejected: None,
@@ -387,19 +449,22 @@ def _overflowed(
             state.config.tools,
             state.config.tool_choice,
             token_cap=prompt_token_cap(shrunk, budget),
+            pins=pin_messages(state.pins),
+            summaries=state.summaries,
         )
         if p.fits and p.prompt_tokens < req.estimated_prompt_tokens:
-            return (
-                TurnRetried(
-                    rid,
-                    "context_overflow",
-                    detail,
-                    p.turns_sent,
-                    p.turns_dropped,
-                    p.request_bytes,
-                    p.prompt_tokens,
-                ),
+            retried = TurnRetried(
+                rid,
+                "context_overflow",
+                detail,
+                p.turns_sent,
+                p.turns_dropped,
+                p.request_bytes,
+                p.prompt_tokens,
             )
+            if p.summary_id is None:
+                return (retried,)
+            return (retried, SummarySent(rid, p.summary_id))
     return (TurnDiscarded(rid, "context_overflow", detail, preview),)
 
 
@@ -434,6 +499,13 @@ def _ask(
     turns, context_start = state.turns, state.context_start
     if branch is not None:
         turns, context_start = _branch_base(turns, context_start, branch.at_turn)
+    pins = pin_messages(state.pins)
+    pin_cap = budget.max_pinned_tokens
+    if pins and pin_cap is not None:
+        pinned = sum(map(budget.estimator.message_tokens, pins))
+        if pinned > pin_cap:
+            detail = f"the pinned items need about {pinned} tokens; their budget is {pin_cap}"
+            return (TurnRejected(rid, "over_budget", detail),)
     cap = prompt_token_cap(state, budget)
     p = plan(
         config.model,
@@ -445,23 +517,23 @@ def _ask(
         config.tools,
         config.tool_choice,
         token_cap=cap,
+        pins=pins,
+        summaries=state.summaries,
     )
     if not p.fits:
+        what = "system prompt, pinned items and question" if pins else "system prompt and question"
         limit = budget.max_request_bytes
         if limit is not None and p.mandatory_bytes > limit:
-            detail = (
-                f"system prompt and question need {p.mandatory_bytes} bytes; the budget is {limit}"
-            )
+            detail = f"{what} need {p.mandatory_bytes} bytes; the budget is {limit}"
         else:
-            detail = (
-                f"system prompt and question need about {p.mandatory_tokens} tokens; "
-                f"the budget is {cap}"
-            )
+            detail = f"{what} need about {p.mandatory_tokens} tokens; the budget is {cap}"
         return (TurnRejected(rid, "over_budget", detail),)
     submitted = TurnSubmitted(
         rid, question, p.turns_sent, p.turns_dropped, p.request_bytes, p.prompt_tokens
     )
     asked: tuple[Event, ...] = (submitted,) if branch is None else (branch, submitted)
+    if p.summary_id is not None:
+        asked = (*asked, SummarySent(rid, p.summary_id))
     if superseding:
         assert current is not None
         return (TurnDiscarded(current, "superseded", f"by {rid}", preview), *asked)
@@ -515,6 +587,84 @@ def _switch(state: SessionState, msg: Message, budget: Budget, preview: int) -> 
     if state.config.on_busy != "supersede":
         raise SessionBusy(f"request {current} is in flight; cancel it or wait for its end")
     return (TurnDiscarded(current, "superseded", f"by a switch to {msg.branch}", preview), switched)
+
+
+def _record_summary(
+    state: SessionState, msg: Message, budget: Budget, preview: int
+) -> tuple[Event, ...]:
+    assert isinstance(msg, RecordSummary)
+    if any(x.request_id == msg.request_id for x in state.summaries):
+        return ()  # the same summarizing request, recorded again: idempotent
+    records = branch_records(state.branches, state.active_branch, state.turns, state.context_start)
+    turns = find_branch(records, msg.branch).turns
+    n, start, end = len(turns), msg.start, msg.end
+    if type(start) is not int or type(end) is not int or not 0 <= start < end <= n:
+        raise UnknownTurn(
+            f"no turns {start!r} to {end!r} (end excluded) to summarize: "
+            f"branch {msg.branch} has {n} turns"
+        )
+    if not isinstance(msg.text, str) or not msg.text.strip() or not _is_text(msg.text):
+        raise InvalidCommand("a summary's text must be non-empty, valid Unicode text")
+    if msg.origin not in SUMMARY_ORIGINS:
+        raise InvalidCommand(f"a summary's origin is 'function' or 'model', not {msg.origin!r}")
+    if not _is_label(msg.origin_name):
+        raise InvalidCommand("a summary's origin name must be non-empty, valid Unicode text")
+    summary_id = f"s{len(state.summaries) + 1}"
+    tokens = budget.estimator.message_tokens(ChatMessage("user", msg.text))
+    return (
+        SummaryRecorded(
+            summary_id,
+            msg.branch,
+            start,
+            end,
+            turns[start].request_id,
+            turns[end - 1].request_id,
+            msg.text,
+            msg.origin,
+            msg.origin_name,
+            msg.request_id,
+            msg.usage,
+            len(msg.text.encode()),
+            tokens,
+        ),
+    )
+
+
+def _is_label(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip()) and _is_text(value)
+
+
+def _pin(state: SessionState, msg: Message, budget: Budget, preview: int) -> tuple[Event, ...]:
+    assert isinstance(msg, (Pin, Unpin))
+    current = current_request(state)
+    if current is not None:
+        raise SessionBusy(f"request {current} is in flight; pins change between turns")
+    known = {p.pin_id for p in state.pins}
+    if isinstance(msg, Unpin):
+        if msg.pin_id not in known:
+            names = ", ".join(sorted(known)) or "none"
+            raise UnknownPin(f"no pinned item {msg.pin_id!r}; the session has {names}")
+        return (PinRemoved(msg.pin_id),)
+    if not _is_label(msg.pin_id) or not _PIN_ID.fullmatch(msg.pin_id):
+        raise InvalidCommand("a pin id is 1-64 letters, digits, '_', '-', '.' or ':'")
+    if msg.pin_id in known:
+        raise InvalidCommand(f"the session already has a pinned item {msg.pin_id!r}")
+    if not _is_label(msg.text):
+        raise InvalidCommand("a pinned item's text must be non-empty, valid Unicode text")
+    if not _is_label(msg.origin):
+        raise InvalidCommand("a pinned item's origin must be non-empty, valid Unicode text")
+    return (PinAdded(msg.pin_id, msg.text, msg.origin),)
+
+
+_PIN_ID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def summary_of(state: SessionState, summary_id: str) -> SummaryRecorded | None:
+    """The summary recorded as ``summary_id``, or ``None``."""
+    for x in state.summaries:
+        if x.summary_id == summary_id:
+            return x
+    return None
 
 
 def _end_in_flight(
@@ -659,7 +809,9 @@ def _next_round(state: AwaitingTools, budget: Budget, preview: int) -> Event:
     config = state.config
     assert config is not None
     req = state.request
-    messages = build_messages(config.system, state.turns, req.turns_sent, req.question, req.rounds)
+    messages = build_messages(
+        config.system, state.turns, req.turns_sent, req.question, req.rounds, _carried(state)
+    )
     size = len(budget.encoder.encode(config.model, messages, config.tools, config.tool_choice))
     limit = budget.max_request_bytes
     if limit is not None and size > limit:
@@ -692,6 +844,9 @@ _HANDLERS: Final[Mapping[type[Message], _Handler]] = {
     Edit: _edit,
     Regenerate: _edit,
     Switch: _switch,
+    RecordSummary: _record_summary,
+    Pin: _pin,
+    Unpin: _pin,
 }
 
 
@@ -768,6 +923,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         "active_branch": state.active_branch,
         "branches": state.branches,
         "fork": state.fork,
+        "pins": state.pins,
+        "summaries": state.summaries,
     }
     if isinstance(event, SessionStarted):
         if state.config is not None or state.version != 0:
@@ -812,10 +969,15 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         return attrs.evolve(state, **base)
     if isinstance(event, (BranchStarted, BranchSwitched)):
         return attrs.evolve(state, **{**base, **_evolve_branch(state, event)})
+    if isinstance(event, (SummaryRecorded, PinAdded, PinRemoved)):
+        return attrs.evolve(state, **{**base, **_evolve_carried(state, event)})
     assert isinstance(state, IN_FLIGHT)
     _expect_current(state, event.request_id, event)
     if type(event) is StreamStarted:
         return Streaming(**base, request=state.request)
+    if type(event) is SummarySent:
+        assert isinstance(state, Pending)  # the only phase whose row has it
+        return Pending(**base, request=_summary_sent(state, event))
     if isinstance(event, (ToolCallsRequested, ToolResultRecorded, ToolRoundSubmitted)):
         return _evolve_round(state, event, base)
     if type(event) is TurnRetried:
@@ -828,6 +990,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             request_bytes=event.request_bytes,
             estimated_prompt_tokens=event.estimated_prompt_tokens,
             attempt=2,
+            summary_id=None,  # a SummarySent follows if the retry sends one
         )
         base["overflow_cap"] = cap_after_overflow(state)
         return Pending(**base, request=req)
@@ -893,6 +1056,65 @@ def _evolve_branch(state: SessionState, event: BranchStarted | BranchSwitched) -
     }
 
 
+def _evolve_carried(
+    state: SessionState, event: SummaryRecorded | PinAdded | PinRemoved
+) -> dict[str, Any]:
+    # The fields a summary or a pin changes; no turn, whatever they say.
+    if isinstance(event, SummaryRecorded):
+        if event.summary_id != f"s{len(state.summaries) + 1}":
+            raise ReplayError(f"summary {event.summary_id!r} out of order")
+        records = branch_records(
+            state.branches, state.active_branch, state.turns, state.context_start
+        )
+        try:
+            turns = find_branch(records, event.branch).turns
+        except UnknownBranch as exc:
+            raise ReplayError(f"a summary of an unknown branch: {exc}") from None
+        if not (
+            0 <= event.start < event.end <= len(turns)
+            and turns[event.start].request_id == event.first_request_id
+            and turns[event.end - 1].request_id == event.last_request_id
+        ):
+            raise ReplayError(f"summary {event.summary_id!r} covers turns its branch does not have")
+        return {"summaries": (*state.summaries, event)}
+    known = [p.pin_id for p in state.pins]
+    if isinstance(event, PinAdded):
+        if event.pin_id in known:
+            raise ReplayError(f"item {event.pin_id!r} pinned twice")
+        return {"pins": (*state.pins, event)}
+    if event.pin_id not in known:
+        raise ReplayError(f"an unpin of {event.pin_id!r}, which is not pinned")
+    return {"pins": tuple(p for p in state.pins if p.pin_id != event.pin_id)}
+
+
+def _summary_sent(state: Pending, event: SummarySent) -> InFlight:
+    req = state.request
+    summary = summary_of(state, event.summary_id)
+    first_sent = len(state.turns) - req.turns_sent
+    if (
+        req.summary_id is not None
+        or summary is None
+        or not covers_dropped(summary, state.turns, state.context_start, first_sent)
+    ):
+        raise ReplayError(
+            f"summary {event.summary_id!r} cannot stand for the turns {req.request_id!r} dropped"
+        )
+    return attrs.evolve(req, summary_id=event.summary_id)
+
+
+def _carried(state: SessionState) -> tuple[ChatMessage, ...]:
+    """What the request in flight sends after the system prompt: the pinned
+    items, then its summary (if it sends one)."""
+    pins = pin_messages(state.pins)
+    req = getattr(state, "request", None)
+    summary_id = None if req is None else req.summary_id
+    if summary_id is None:
+        return pins
+    summary = summary_of(state, summary_id)
+    assert summary is not None
+    return (*pins, summary_message(summary))
+
+
 def _evolve_round(
     state: SessionState,
     event: ToolCallsRequested | ToolResultRecorded | ToolRoundSubmitted,
@@ -936,5 +1158,5 @@ def request_messages(state: Pending | Streaming) -> list[ChatMessage]:
     assert state.config is not None
     req = state.request
     return build_messages(
-        state.config.system, state.turns, req.turns_sent, req.question, req.rounds
+        state.config.system, state.turns, req.turns_sent, req.question, req.rounds, _carried(state)
     )

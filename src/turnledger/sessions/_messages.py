@@ -19,6 +19,7 @@ from ..events import (
     Ledger,
     OnBusy,
     RequestId,
+    SummaryOrigin,
     ToolCall,
     ToolErrorPolicy,
     ToolSpec,
@@ -34,6 +35,8 @@ __all__ = [
     "Failure",
     "Interrupt",
     "Message",
+    "Pin",
+    "RecordSummary",
     "Regenerate",
     "ResponseStarted",
     "Start",
@@ -41,6 +44,7 @@ __all__ = [
     "Switch",
     "Timeout",
     "ToolDone",
+    "Unpin",
     "safe_finish_reason",
 ]
 
@@ -124,6 +128,38 @@ class Switch:
     """Make ``branch`` the active branch: history becomes its path."""
 
     branch: BranchId
+
+
+@attrs.frozen
+class RecordSummary:
+    """Record ``text`` as the summary of turns ``start`` to ``end`` (from 0,
+    ``end`` excluded) of ``branch``'s path, written by the summarizing
+    request ``request_id``."""
+
+    request_id: RequestId
+    branch: BranchId
+    start: int
+    end: int
+    text: str
+    origin: SummaryOrigin
+    origin_name: str
+    usage: Usage | None = None
+
+
+@attrs.frozen
+class Pin:
+    """Pin ``text`` (from ``origin``) to the session's context as ``pin_id``."""
+
+    pin_id: str
+    text: str
+    origin: str
+
+
+@attrs.frozen
+class Unpin:
+    """Stop sending the pinned item ``pin_id``."""
+
+    pin_id: str
 
 
 @attrs.frozen
@@ -213,4 +249,7 @@ Message: TypeAlias = (
     | Edit
     | Regenerate
     | Switch
+    | RecordSummary
+    | Pin
+    | Unpin
 )

@@ -15,7 +15,15 @@ from typing import Final, TypeAlias
 
 import attrs
 
-from ..events import MAIN_BRANCH, BranchId, RequestId, SessionForked, SessionStarted
+from ..events import (
+    MAIN_BRANCH,
+    BranchId,
+    PinAdded,
+    RequestId,
+    SessionForked,
+    SessionStarted,
+    SummaryRecorded,
+)
 from ._branches import Branch, BranchInfo, branch_records, find_branch, infos
 from ._history import Ending, Endings, History, ToolRound, Turn
 
@@ -55,6 +63,8 @@ class InFlight:
     estimated_prompt_tokens: int | None = None
     #: 1, or 2 once it went out again after a context overflow.
     attempt: int = 1
+    #: The summary sent in place of the turns dropped (``None``: none).
+    summary_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -88,6 +98,10 @@ class _State:
     #: shared turns themselves are in ``turns``, resolved from the source's
     #: events when the fork was read (see ``_forks``).
     fork: SessionForked | None = None
+    #: The items pinned now, in the order they were pinned.
+    pins: tuple[PinAdded, ...] = ()
+    #: Every summary recorded, in the order they were (of any branch).
+    summaries: tuple[SummaryRecorded, ...] = ()
 
     @property
     def context(self) -> tuple[Turn, ...]:

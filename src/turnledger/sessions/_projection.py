@@ -20,7 +20,7 @@ from typing import Final, Protocol
 
 import attrs
 
-from ..events import ToolSpec
+from ..events import PinAdded, SummaryRecorded, ToolSpec
 from ._history import History, ToolRound, Turn
 from ._request import ChatMessage, JsonChatEncoder, RequestEncoder, tool_definitions
 
@@ -30,9 +30,12 @@ __all__ = [
     "Plan",
     "TokenEstimator",
     "build_messages",
+    "covers_dropped",
     "naive_plan",
+    "pin_messages",
     "plan",
     "round_messages",
+    "summary_message",
     "turn_messages",
 ]
 
@@ -100,6 +103,11 @@ class Budget:
     encoder: RequestEncoder = attrs.field(factory=JsonChatEncoder)
     max_prompt_tokens: int | None = None
     estimator: TokenEstimator = attrs.field(factory=CharTokenEstimator)
+    #: Cap on the pinned items' estimated tokens, all together (``None``:
+    #: only the request's caps). Pins over it reject the turn.
+    max_pinned_tokens: int | None = None
+    #: Cap on a summary's estimated tokens: a larger one is never sent.
+    max_summary_tokens: int | None = None
 
 
 @attrs.frozen
@@ -118,16 +126,48 @@ class Plan:
     mandatory_tokens: int = 0
     #: Estimated prompt tokens of the whole request (``-1`` if it does not fit).
     prompt_tokens: int = 0
+    #: The summary sent in place of the turns dropped (``None``: none).
+    summary_id: str | None = None
 
     @property
     def fits(self) -> bool:
         return self.request_bytes >= 0
 
 
-def _mandatory(system: str, question: str) -> list[ChatMessage]:
+def _mandatory(system: str, question: str, pins: Sequence[ChatMessage]) -> list[ChatMessage]:
     out = [ChatMessage("system", system)] if system else []
+    out.extend(pins)
     out.append(ChatMessage("user", question))
     return out
+
+
+def pin_messages(pins: Sequence[PinAdded]) -> tuple[ChatMessage, ...]:
+    """The pinned items as messages, in the order they were pinned.
+
+    They are ``user`` messages: every wire protocol takes those right after
+    the system prompt (Anthropic's takes one system prompt, no more)."""
+    return tuple(ChatMessage("user", p.text) for p in pins)
+
+
+def summary_message(summary: SummaryRecorded) -> ChatMessage:
+    """A summary as the message a request sends (its text, as recorded)."""
+    return ChatMessage("user", summary.text)
+
+
+def covers_dropped(
+    summary: SummaryRecorded, turns: History, context_start: int, first_sent: int
+) -> bool:
+    """Whether ``summary`` may stand for the turns ``context_start`` to
+    ``first_sent`` of ``turns``: it covers all of them, it is on this path
+    (its last turn is this path's turn at its place), and it covers no turn
+    from ``first_sent`` on (those are sent)."""
+    end = summary.end
+    return (
+        summary.start <= context_start
+        and end == first_sent
+        and end <= len(turns)
+        and turns[end - 1].request_id == summary.last_request_id
+    )
 
 
 def round_messages(rounds: tuple[ToolRound, ...]) -> list[ChatMessage]:
@@ -171,10 +211,14 @@ def build_messages(
     turns_sent: int,
     question: str,
     rounds: tuple[ToolRound, ...] = (),
+    carried: Sequence[ChatMessage] = (),
 ) -> list[ChatMessage]:
-    """The messages of a request that sends the newest ``turns_sent`` turns,
-    then the question and the complete ``rounds`` of the turn in flight."""
+    """The messages of a request that sends the ``carried`` messages (pinned
+    items, a summary) after the system prompt, the newest ``turns_sent``
+    turns, then the question and the complete ``rounds`` of the turn in
+    flight."""
     out = [ChatMessage("system", system)] if system else []
+    out.extend(carried)
     if turns_sent:
         # Each turn's messages are built once and shared by later requests
         # (and later states): a request only builds its question's.
@@ -217,19 +261,28 @@ def plan(
     tool_choice: str = "auto",
     *,
     token_cap: int | None = None,
+    pins: Sequence[ChatMessage] = (),
+    summaries: Sequence[SummaryRecorded] = (),
 ) -> Plan:
     """Choose the newest contiguous run of turns from ``turns[context_start:]``
-    that fits ``budget`` together with the system prompt and the question.
+    that fits ``budget`` together with the system prompt, the pinned items
+    (``pins``) and the question.
 
     ``token_cap`` is a further cap on the estimated prompt tokens, besides
     the budget's own: a session's (:func:`prompt_token_cap`), passed as it
     is instead of a new ``Budget`` for each cap.
 
+    When turns are dropped, the newest of ``summaries`` (oldest first) that
+    covers every dropped turn and no sent one (:func:`covers_dropped`), is
+    within ``budget.max_summary_tokens`` and fits with the turns after it
+    goes in their place (``Plan.summary_id``); the turns it covers are
+    then all dropped.
+
     Returns a :class:`Plan`; if the mandatory part alone does not fit, the plan
     has ``turns_sent == 0`` and ``request_bytes == -1``.
     """
     enc = budget.encoder
-    mandatory = _mandatory(system, question)
+    mandatory = _mandatory(system, question, pins)
     sep = enc.separator_size
     mandatory_bytes = (
         enc.frame_size(model, len(mandatory))
@@ -271,6 +324,29 @@ def plan(
         start = max(start, bisect_left(prefix, threshold, 0, n + 1))
     if max_tokens is not None:
         start = max(start, bisect_left(tokens, mandatory_tokens + tokens[n] - max_tokens, 0, n + 1))
+    if start > context_start and summaries:
+        for s in reversed(summaries):
+            b = s.end
+            if not (b >= start and covers_dropped(s, turns, context_start, b)):
+                continue
+            message = summary_message(s)
+            s_tokens = est.message_tokens(message)
+            if budget.max_summary_tokens is not None and s_tokens > budget.max_summary_tokens:
+                continue
+            s_bytes = mandatory_bytes + size(message) + sep + prefix[n] - prefix[b]
+            s_tokens += mandatory_tokens + tokens[n] - tokens[b]
+            if (limit is None or s_bytes <= limit) and (
+                max_tokens is None or s_tokens <= max_tokens
+            ):
+                return Plan(
+                    n - b,
+                    b - context_start,
+                    s_bytes,
+                    mandatory_bytes,
+                    mandatory_tokens,
+                    s_tokens,
+                    s.summary_id,
+                )
     sent = n - start
     return Plan(
         sent,
@@ -298,8 +374,13 @@ def naive_plan(
     budget: Budget,
     tools: Sequence[ToolSpec] = (),
     tool_choice: str = "auto",
+    *,
+    pins: Sequence[ChatMessage] = (),
+    summaries: Sequence[SummaryRecorded] = (),
 ) -> Plan:
-    """The reference: drop the oldest whole turn and re-serialize until it fits.
+    """The reference: drop the oldest whole turn and re-serialize until it
+    fits; then, if turns were dropped, try each summary, newest first, with
+    the turns after it.
 
     Quadratic; kept for tests and benchmarks only. It shares nothing with
     :func:`plan` but the encoder and the estimator it is given: the messages
@@ -315,28 +396,59 @@ def naive_plan(
     max_tokens = budget.max_prompt_tokens
     tool_tokens = est.message_tokens(ChatMessage("system", tool_definitions(tools))) if tools else 0
 
-    def measure(sent: list[Turn]) -> tuple[int, int]:
-        messages = _naive_messages(system, sent, question)
+    def measure(sent: list[Turn], carried: list[ChatMessage]) -> tuple[int, int]:
+        messages = _naive_messages(system, [*pins, *carried], sent, question)
         size = len(enc.encode(model, messages, tools, tool_choice))
         tokens = est.request_tokens + tool_tokens + sum(est.message_tokens(m) for m in messages)
         return size, tokens
 
-    mandatory_bytes, mandatory_tokens = measure([])
+    def fits(size: int, tokens: int) -> bool:
+        return (limit is None or size <= limit) and (max_tokens is None or tokens <= max_tokens)
+
+    mandatory_bytes, mandatory_tokens = measure([], [])
     for start in range(context_start, n + 1):
-        size, tokens = measure(plain[start:])
-        if (limit is None or size <= limit) and (max_tokens is None or tokens <= max_tokens):
-            return Plan(
-                n - start, start - context_start, size, mandatory_bytes, mandatory_tokens, tokens
-            )
+        size, tokens = measure(plain[start:], [])
+        if not fits(size, tokens):
+            continue
+        if start > context_start:
+            for s in reversed(summaries):
+                # Covers every dropped turn, and from the end of it every turn is sent.
+                if not (
+                    s.start <= context_start
+                    and start <= s.end <= n
+                    and plain[s.end - 1].request_id == s.last_request_id
+                ):
+                    continue
+                message = ChatMessage("user", s.text)
+                cap = budget.max_summary_tokens
+                if cap is not None and est.message_tokens(message) > cap:
+                    continue
+                s_size, s_tokens = measure(plain[s.end :], [message])
+                if fits(s_size, s_tokens):
+                    return Plan(
+                        n - s.end,
+                        s.end - context_start,
+                        s_size,
+                        mandatory_bytes,
+                        mandatory_tokens,
+                        s_tokens,
+                        s.summary_id,
+                    )
+        return Plan(
+            n - start, start - context_start, size, mandatory_bytes, mandatory_tokens, tokens
+        )
     return Plan(0, n - context_start, -1, mandatory_bytes, mandatory_tokens, -1)
 
 
-def _naive_messages(system: str, sent: list[Turn], question: str) -> list[ChatMessage]:
+def _naive_messages(
+    system: str, carried: list[ChatMessage], sent: list[Turn], question: str
+) -> list[ChatMessage]:
     """The messages of a request, written out for :func:`naive_plan`: the
-    system prompt if any; each turn's question, its rounds (the assistant's
-    calls, then each call's result in the order of the calls) and answer;
-    the question."""
+    system prompt if any; the pinned items and summary; each turn's
+    question, its rounds (the assistant's calls, then each call's result in
+    the order of the calls) and answer; the question."""
     out = [ChatMessage("system", system)] if system else []
+    out += carried
     for t in sent:
         out.append(ChatMessage("user", t.question))
         for r in t.rounds:

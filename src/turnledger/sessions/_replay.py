@@ -26,10 +26,12 @@ from ..events import (
     BranchId,
     Event,
     EventCodec,
+    PinAdded,
     RequestId,
     SessionForked,
     StoredEvent,
     StreamStarted,
+    SummaryRecorded,
     TurnCommitted,
     TurnSubmitted,
     Usage,
@@ -287,6 +289,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
     active_branch = s.active_branch
     branches = s.branches
     fork = s.fork
+    pins = s.pins
+    summaries = s.summaries
     request: InFlight | None = getattr(s, "request", None)
     # The request in flight when the fold's own Submitted started it: its
     # tuple (its InFlight is built only if a state is).
@@ -369,6 +373,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
                 active_branch,
                 branches,
                 fork,
+                pins,
+                summaries,
             )
             dirty = False
         s = evolve(s, _event(item))
@@ -385,6 +391,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
         active_branch = s.active_branch
         branches = s.branches
         fork = s.fork
+        pins = s.pins
+        summaries = s.summaries
         request = getattr(s, "request", None)
         current = None if request is None else request.request_id
         window = config.policy.max_turns if config and isinstance(config.policy, Window) else 0
@@ -408,6 +416,8 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
             active_branch,
             branches,
             fork,
+            pins,
+            summaries,
         )
     return s
 
@@ -435,6 +445,8 @@ def _build(
     active_branch: BranchId,
     branches: tuple[Branch, ...],
     fork: SessionForked | None,
+    pins: tuple[PinAdded, ...],
+    summaries: tuple[SummaryRecorded, ...],
 ) -> SessionState:
     """The phase object of the fold's local variables. Only the fast paths
     leave them dirty, and those lead to Pending, Streaming or Committed."""
@@ -451,6 +463,8 @@ def _build(
         "active_branch": active_branch,
         "branches": branches,
         "fork": fork,
+        "pins": pins,
+        "summaries": summaries,
     }
     if phase in IN_FLIGHT:
         base["request"] = request

@@ -75,9 +75,19 @@ class RetentionStep:
     turns: int = 0
 
 
-#: Tags whose session a trim keeps whole: a branch (its point is a place on
-#: its parent's path) and a fork (its turns are counted from its source's).
-_BRANCH_TAGS = frozenset({"branch_started", "branch_switched", "session_forked"})
+#: Tags whose session a trim keeps whole (never trimmed, only erased): a
+#: branch (its point is a place on its parent's path), a fork (its turns are
+#: counted from its source's), a summary (its turns by their place) and pins.
+_BRANCH_TAGS = frozenset(
+    {
+        "branch_started",
+        "branch_switched",
+        "session_forked",
+        "summary_recorded",
+        "pin_added",
+        "pin_removed",
+    }
+)
 
 
 def subject_of(stored: Sequence[StoredEvent]) -> str | None:
@@ -121,7 +131,8 @@ def plan_retention(
     if any(ev.tag in _BRANCH_TAGS for ev in stored):
         # A branch keeps turns by their place on its parent's path: cutting
         # the oldest turns would move every branch point (and a fork's own
-        # turns follow the ones it shares). Kept whole.
+        # turns follow the ones it shares), a summary's turns, and drop the
+        # pins made before the cut. Kept whole.
         return None
     kept = [stored[0], *(ev for ev in stored if ev.seq >= cut)]
     keep = tuple(

@@ -15,10 +15,14 @@ from ..events import (
     BranchSwitched,
     CompletionIgnored,
     Event,
+    PinAdded,
+    PinRemoved,
     SessionForked,
     SessionStarted,
     StoredEvent,
     StreamStarted,
+    SummaryRecorded,
+    SummarySent,
     ToolCallsRequested,
     ToolResultRecorded,
     ToolRoundSubmitted,
@@ -286,6 +290,8 @@ class Row:
     steps: tuple[Step, ...]
     #: Why the turn is (or is not) in history, in one sentence.
     explanation: str
+    #: The summary the request sent in place of the turns it dropped.
+    summary_sent: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The row as the serve routes and the page's data carry it."""
@@ -326,6 +332,7 @@ class Row:
             "starts_branch": None
             if self.starts_branch is None
             else attrs.asdict(self.starts_branch),
+            "summary_sent": self.summary_sent,
             "phases": [
                 {
                     "seq": s.seq,
@@ -393,6 +400,11 @@ class Timeline:
     branches: tuple[BranchEntry, ...] = ()
     #: Every switch of the active branch, in log order.
     switches: tuple[BranchSwitch, ...] = ()
+    #: Every summary recorded (of any branch), in log order, with the turns
+    #: it covers.
+    summaries: tuple[SummaryRecorded, ...] = ()
+    #: The items pinned at the end of the log, in the order they are sent.
+    pins: tuple[PinAdded, ...] = ()
 
     def steps(self) -> list[Step]:
         """Every event, in log order: what ``turnledger log`` prints."""
@@ -419,6 +431,8 @@ class Timeline:
             "active_branch": self.active_branch,
             "branches": [{**attrs.asdict(b), "turns": list(b.turns)} for b in self.branches],
             "switches": [attrs.asdict(w) for w in self.switches],
+            "summaries": [attrs.asdict(x) for x in self.summaries],
+            "pins": [attrs.asdict(p) for p in self.pins],
         }
 
 
@@ -538,12 +552,31 @@ def _reason(event: Event, estimated: int | None, budget: int | None) -> tuple[st
             f"fork of {event.source}: shares its first {event.at_turn} turns of branch "
             f"{event.branch} (as of its event {event.source_seq})"
         )
+    if isinstance(event, SummaryRecorded | SummarySent | PinAdded | PinRemoved):
+        return _carried_reason(event)
     if isinstance(event, SessionStarted) and event.context_window is not None:
         return "", (
             f"context window {event.context_window} tokens ({event.window_source}), "
             f"{event.output_reserve} kept for the answer"
         )
     return _tool_reason(event)
+
+
+def _carried_reason(
+    event: SummaryRecorded | SummarySent | PinAdded | PinRemoved,
+) -> tuple[str, str]:
+    # Ids, ranges, origins and sizes; the texts are the steps' own text.
+    if isinstance(event, SummaryRecorded):
+        return event.origin, (
+            f"summary {event.summary_id} of {event.branch} turns {event.start}-{event.end - 1} "
+            f"({event.first_request_id} to {event.last_request_id}) by {event.origin_name}, "
+            f"{event.size_bytes} bytes, ~{event.estimated_tokens} tokens"
+        )
+    if isinstance(event, SummarySent):
+        return "summary", f"summary {event.summary_id} sent in place of the turns dropped"
+    if isinstance(event, PinAdded):
+        return "pin", f"pinned {event.pin_id} ({event.origin}), {_size(event.text)} bytes"
+    return "unpin", f"unpinned {event.pin_id}"
 
 
 def _tool_reason(event: Event) -> tuple[str, str]:
@@ -568,6 +601,8 @@ def _text(event: Event) -> str:
         return "; ".join(f"{c.name}({c.arguments})" for c in event.calls)
     if isinstance(event, ToolResultRecorded):
         return event.content
+    if isinstance(event, SummaryRecorded | PinAdded):
+        return event.text
     return ""
 
 
@@ -605,6 +640,7 @@ class _Draft:
     branch: str = MAIN_BRANCH
     starts_branch: BranchStart | None = None
     steps: list[Step] = attrs.Factory(list)
+    summary_sent: str | None = None
 
     def freeze(self) -> Row:
         # Field by field: attrs.asdict and evolve cost a third of a summary.
@@ -637,6 +673,7 @@ class _Draft:
             starts_branch=self.starts_branch,
             steps=tuple(self.steps),
             explanation=_why(self),
+            summary_sent=self.summary_sent,
         )
 
 
@@ -678,7 +715,10 @@ def _apply(draft: _Draft, event: Event, env: StoredEvent, budget: int | None) ->
         _ended(draft, "rejected", env, event.reason, event.detail)
     elif isinstance(event, StreamStarted):
         draft.stream_started_at = at
+    elif isinstance(event, SummarySent):
+        draft.summary_sent = event.summary_id
     elif isinstance(event, TurnRetried):
+        draft.summary_sent = None  # a SummarySent follows if the retry sends one
         draft.retries.append(
             RetryEntry(
                 seq=env.seq, at=at, reason=event.reason, detail=event.detail,
@@ -763,7 +803,8 @@ def _build(
         was_in_flight = _in_flight(state) if busy else None
         budget = _budget(state, event) if steps else None
         state = evolve(state, event)
-        rid = getattr(event, "request_id", None)
+        # (a summary's request id is the summarizing request's: not a turn)
+        rid = None if isinstance(event, SummaryRecorded) else getattr(event, "request_id", None)
         draft = None
         if rid is not None:
             rid = str(rid)
@@ -807,6 +848,8 @@ def _build(
         active_branch=state.active_branch,
         branches=_branches(state, own_turns=steps),
         switches=tuple(switches),
+        summaries=state.summaries,
+        pins=state.pins,
     )
 
 

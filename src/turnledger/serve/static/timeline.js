@@ -329,6 +329,9 @@
         const how = `question ${sb.at_turn + 1} ${sb.kind === "edit" ? "asked differently" : "asked again"}`;
         body.append($("div", { class: "rel branch-start", "data-branch": sb.branch }, `⑂ starts branch ${sb.branch} from ${sb.parent} (${sb.kind}): keeps ${sb.at_turn} turns, ${how}`));
       }
+      if (row.summary_sent) {
+        body.append($("div", { class: "rel summary-sent", "data-summary-id": row.summary_sent }, `▤ sent summary ${row.summary_sent} in place of ${row.turns_dropped} dropped turns`));
+      }
       if (row.superseded_by) body.append($("div", { class: "rel" }, `↷ superseded by ${row.superseded_by}`));
       const supersedes = model.turns.filter((r) => r.superseded_by === row.request_id).map((r) => r.request_id);
       if (supersedes.length) body.append($("div", { class: "rel" }, `↶ supersedes ${supersedes.join(", ")}`));
@@ -362,6 +365,22 @@
         tree.append($("li", { class: "switch", "data-switch-to": w.branch }, `⇄ switched to ${w.branch} at +${secs(w.at - t0)}`));
       }
       hist.append($("h3", {}, "Branches"), tree);
+    }
+    const summaries = model.summaries || [];
+    if (summaries.length) {
+      const list = $("ul", { id: "summaries" });
+      for (const x of summaries) {
+        list.append($("li", { class: "summary", "data-summary-id": x.summary_id, title: x.text },
+          `▤ ${x.summary_id}: ${x.branch} turns ${x.start}–${x.end - 1} (${x.first_request_id} … ${x.last_request_id}) · ${x.origin} ${x.origin_name} · ~${x.estimated_tokens} tokens`,
+          $("div", { class: "a" }, lines(x.text))));
+      }
+      hist.append($("h3", {}, "Summaries"), list);
+    }
+    const pins = model.pins || [];
+    if (pins.length) {
+      const list = $("ul", { id: "pins" });
+      for (const p of pins) list.append($("li", { class: "pin", "data-pin-id": p.pin_id }, `📌 ${p.pin_id} (${p.origin}): `, lines(p.text)));
+      hist.append($("h3", {}, "Pinned"), list);
     }
     main.append($("div", { class: "cols" }, tl, hist));
     requestAnimationFrame(() => drawArrows(tl, model, rowsById));
