@@ -262,6 +262,7 @@ def transition_fields(event: Event) -> dict[str, Any]:
         out["source_seq"] = event.source_seq
         out["branch"] = event.branch
         out["at_turn"] = event.at_turn
+        return out
     if isinstance(event, (PinAdded, PinRemoved)):
         # Its id and size, never its text.
         out["request_id"] = None
