@@ -33,14 +33,14 @@ PUBLIC: dict[str, str] = {
     ),
     "turnledger.events": (
         "BRANCH_KINDS DEFAULT_CODEC DISCARD_REASONS MAIN_BRANCH REJECT_REASONS SCHEMA_VERSIONS "
-        "BaseEventStore BranchId BranchKind BranchStarted BranchSwitched CompletionIgnored "
-        "DiscardReason Erasure Event EventCodec EventDecoder EventStore HistoryPolicy Ledger "
-        "OnBusy PayloadNotJSON PinAdded PinRemoved RejectReason RequestId SUMMARY_ORIGINS "
-        "SessionForked SessionId SessionStarted StoredEvent StreamStarted SummaryOrigin "
-        "SummaryRecorded SummarySent ToolCall ToolCallsRequested ToolErrorPolicy "
-        "ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted TurnDiscarded "
-        "TurnRejected TurnRetried TurnSubmitted Usage WINDOW_SOURCES WIRE_TAGS Window "
-        "WindowSource session_hash"
+        "SUMMARY_ORIGINS WINDOW_SOURCES WIRE_TAGS BaseEventStore BranchId BranchKind "
+        "BranchStarted BranchSwitched CompletionIgnored DiscardReason Erasure Event EventCodec "
+        "EventDecoder EventStore HistoryPolicy Ledger OnBusy PayloadNotJSON PinAdded PinRemoved "
+        "RejectReason RequestId SessionForked SessionId SessionStarted StoredEvent "
+        "StreamStarted SummaryOrigin SummaryRecorded SummarySent ToolCall ToolCallsRequested "
+        "ToolErrorPolicy ToolResultRecorded ToolRoundSubmitted ToolSpec TurnCommitted "
+        "TurnDiscarded TurnRejected TurnRetried TurnSubmitted Usage Window WindowSource "
+        "session_hash"
     ),
     "turnledger.sessions": (
         "EVENT_TRANSITIONS MAX_TOOL_RESULT_BYTES TRANSITIONS AnswersAtOnce AwaitingTools Branch "
@@ -48,13 +48,13 @@ PUBLIC: dict[str, str] = {
         "CommittedResult Completed Completion DescribesModels Discarded DiscardedResult Edit "
         "Ending Endings Failed Failure History Hub HubStatistics Idle InFlight Interrupt "
         "JsonChatEncoder Message ModelInfo ModelSummarizer Pending Pin Plan Provider "
-        "RecordSummary Regenerate RejectedResult RequestEncoder ResponseStarted "
-        "RetentionPolicy RetentionStep Role SessionState Start StreamSink Streaming Submit "
-        "SummaryPolicy Switch Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation "
-        "ToolResult ToolRound Turn TurnHandle TurnResult Unpin branch_turns branches_of "
-        "build_messages decide ending_of erase_sessions evolve fork_events fork_seed forks_of "
-        "initial_state is_in_flight open_hub plan plan_retention prompt_token_cap prune_store "
-        "replay replay_sessions replay_stored request_messages sessions_of_subject subject_of "
+        "RecordSummary Regenerate RejectedResult RequestEncoder ResponseStarted RetentionPolicy "
+        "RetentionStep Role SessionState Start StreamSink Streaming Submit SummaryPolicy Switch "
+        "Timeout TokenEstimator Tool ToolDone ToolError ToolInvocation ToolResult ToolRound "
+        "Turn TurnHandle TurnResult Unpin branch_turns branches_of build_messages decide "
+        "ending_of erase_sessions evolve fork_events fork_seed forks_of initial_state "
+        "is_in_flight open_hub plan plan_retention prompt_token_cap prune_store replay "
+        "replay_sessions replay_stored request_messages sessions_of_subject subject_of "
         "summary_of with_forks"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
