@@ -29,8 +29,10 @@ from ..._errors import (
     DecryptionFailed,
     PlaintextRefused,
     StoreError,
+    UnknownSession,
     WrongKey,
 )
+from ..._logging import library_logger
 from ...events import DEFAULT_CODEC, EventDecoder, StoredEvent
 from ...events._envelope import envelope
 from ...events._exact_json import loads_exact
@@ -499,20 +501,71 @@ class EncryptedStore:
         first, then the inner store's ``erase`` removes the rows. ``keep``
         (a trim to the newest turns) is sealed under a fresh data key.
 
+        A whole erasure is recorded in the key ring in the same transaction
+        that destroys the key (:meth:`KeyRing.begin_erasure`), and the record
+        is dropped once the rows are gone. A process killed in between
+        leaves the record; the next writer that opens the store finishes the
+        erasure (:meth:`finish_erasures`), so the session ends erased, never
+        listed with rows that no key opens.
+
         Cancellation: a cancelled call may have destroyed the key and not
         the rows: the session then reads as having no key (``WrongKey``),
-        never as plaintext; erasing it again removes the rows.
+        never as plaintext; the next open of the store, or erasing it again,
+        removes the rows.
         """
         eraser = getattr(self.inner, "erase", None)
         if eraser is None:
             raise StoreError(f"{type(self.inner).__name__} does not support erasure")
-        await self.forget(session_id)
-        sealed: list[StoredEvent] = []
         if keep:
+            await self.forget(session_id)
             aead = await self._key_for_writing(session_id)
             store_id = self._ring()[0].store_id
             sealed = [self._seal(aead, store_id, ev) for ev in keep]
-        return await eraser(session_id, sealed)
+            return await eraser(session_id, sealed)
+        ring, _ = self._ring()
+        self._aeads.pop(session_id, None)
+        self._nonces.pop(session_id, None)
+        await ring.begin_erasure(session_id)
+        try:
+            done = await eraser(session_id, [])
+        except UnknownSession:
+            await ring.end_erasure(session_id)  # there were no rows: nothing changed
+            raise
+        await ring.end_erasure(session_id)
+        return done
+
+    async def finish_erasures(self) -> list[str]:
+        """Finish the erasures a killed process began: each session the key
+        ring records as being erased (its key already destroyed) has its rows
+        removed by the inner store's ``erase``, then its record dropped. An
+        erasure that fails again is logged (``erasure_unfinished``) and left
+        for the next open. :func:`~turnledger.adapters.stores.open_store`
+        calls this on every store it opens with keys for writing.
+
+        Returns the sessions whose erasure was finished.
+
+        Cancellation: each erasure is the inner store's (never interrupted);
+        a cancelled call leaves the remaining records for the next open.
+        """
+        ring, _ = self._ring()
+        eraser = getattr(self.inner, "erase", None)
+        finished: list[str] = []
+        for sid in await ring.pending_erasures():
+            if eraser is None:
+                break
+            try:
+                await eraser(sid, [])
+            except UnknownSession:
+                pass  # its rows went before the process was killed
+            except StoreError as exc:
+                library_logger(__name__).warning(
+                    "erasure_unfinished", session_id=sid, reason=type(exc).__name__
+                )
+                continue
+            await ring.end_erasure(sid)
+            library_logger(__name__).info("erasure_finished", session_id=sid)
+            finished.append(sid)
+        return finished
 
     async def acquire(self, session_id: str) -> None:
         """The inner store's ``acquire``.
