@@ -37,6 +37,7 @@ from ...events import DEFAULT_CODEC, EventDecoder, StoredEvent
 from ...events._envelope import envelope
 from ...events._exact_json import loads_exact
 from ...events.codec import ENCRYPTED_FIELD
+from ..stores._common import HeldEvents
 from ..stores._payloads import SEALED_BLOB, dumps_payload, sealed_text
 from ._keyring import KeyRing
 from ._providers import KeyProvider
@@ -168,15 +169,69 @@ class _Decrypting:
     needs are loaded beforehand."""
 
     def __init__(
-        self, decoder: EventDecoder[_T], store_id: str, aeads: Mapping[str, AESGCM]
+        self,
+        decoder: EventDecoder[_T],
+        store_id: str,
+        aeads: Mapping[str, AESGCM],
+        held: dict[str, dict[int, tuple[StoredEvent, object, Any]]] | None = None,
     ) -> None:
         self._decoder = decoder
         self._store_id = store_id
         self._aeads = aeads
+        self._held = held
 
     def open_envelope(self, stored: StoredEvent) -> StoredEvent:
         """``stored`` with its payload opened and parsed exactly (as a
-        store's ``read`` parses JSON text)."""
+        store's ``read`` parses JSON text); kept, for a store that holds its
+        events in memory (see :class:`EncryptedStore`)."""
+        held = self._held
+        if held is None:
+            return self._open_envelope(stored)
+        sid = stored.session_id
+        mine = held.get(sid)
+        if mine is None:
+            mine = held[sid] = {}
+        hit = mine.get(stored.seq)
+        if hit is not None and hit[0] is stored and hit[1] is None:
+            opened: StoredEvent = hit[2]
+            return opened
+        opened = self._open_envelope(stored)
+        mine[stored.seq] = (stored, None, opened)
+        return opened
+
+    def decode_held(self, session_id: str, events: Sequence[StoredEvent]) -> list[Any]:
+        """The events of a store that holds them in memory, decoded: each
+        one this decoder decoded before (the very same event) is taken as it
+        was; the others are opened in one batch (:meth:`decode_rows`) and
+        kept."""
+        held = self._held
+        assert held is not None
+        mine = held.get(session_id)
+        if mine is None:
+            mine = held[session_id] = {}
+        decoder = self._decoder
+        out: list[Any] = []
+        todo: list[int] = []
+        rows: list[tuple[int, str, int, str | bytes]] = []
+        for ev in events:
+            hit = mine.get(ev.seq)
+            if hit is not None and hit[0] is ev and hit[1] is decoder:
+                out.append(hit[2])
+                continue
+            todo.append(len(out))
+            out.append(None)
+            payload = ev.payload
+            value = payload.get(ENCRYPTED_FIELD) if len(payload) == 1 else None
+            text = _PREFIX + value + '"}' if type(value) is str else dumps_payload(payload)
+            rows.append((ev.seq, ev.tag, ev.schema_version, text))
+        if rows:
+            for i, value in zip(todo, self.decode_rows(session_id, rows), strict=True):
+                out[i] = value
+                ev = events[i]
+                mine[ev.seq] = (ev, decoder, value)
+        return out
+
+    def _open_envelope(self, stored: StoredEvent) -> StoredEvent:
         sid, seq = stored.session_id, stored.seq
         text = self._open_one(stored)
         return envelope(
@@ -280,6 +335,15 @@ class EncryptedStore:
         # Sealed payloads as bytes where the inner store keeps bytes
         # (format 2), else as hex in JSON text (format 1).
         self._blobs = bool(getattr(inner, "sealed_blobs", False))
+        # A store that holds its events parsed in memory (the journal, the
+        # memory store) has each sealed event opened once, as its plaintext
+        # twin holds them parsed: session id -> seq -> (the sealed event,
+        # the decoder or None, its decoded event or opened envelope), valid
+        # while the store still holds that very event. Dropped with the
+        # session's key.
+        self._held: dict[str, dict[int, tuple[StoredEvent, object, Any]]] | None = (
+            {} if isinstance(inner, HeldEvents) else None
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -363,9 +427,14 @@ class EncryptedStore:
         thread; a cancelled call may still have deleted it.
         """
         ring, _ = self._ring()
+        self._drop(session_id)
+        return await ring.forget(session_id)
+
+    def _drop(self, session_id: str) -> None:
         self._aeads.pop(session_id, None)
         self._nonces.pop(session_id, None)
-        return await ring.forget(session_id)
+        if self._held is not None:
+            self._held.pop(session_id, None)
 
     # --- the EventStore port ------------------------------------------------
 
@@ -424,7 +493,7 @@ class EncryptedStore:
 
     def _decrypting(self, decoder: EventDecoder[_T]) -> _Decrypting:
         ring, _ = self._ring()
-        return _Decrypting(decoder, ring.store_id, self._aeads)
+        return _Decrypting(decoder, ring.store_id, self._aeads, self._held)
 
     async def _opened(self, events: list[StoredEvent]) -> list[StoredEvent]:
         if not events:
@@ -457,6 +526,9 @@ class EncryptedStore:
         if self.locked:
             return [_locked(ev) for ev in await self.inner.read(session_id, after)]
         await self._load([session_id])
+        if self._held is not None:
+            events = await self.inner.read(session_id, after)
+            return self._decrypting(decoder).decode_held(session_id, events)
         out: list[_T] = await self.inner.read_decoded(session_id, self._decrypting(decoder), after)
         return out
 
@@ -476,6 +548,13 @@ class EncryptedStore:
                     _locked(ev)
             return {sid: fold(sid, []) for sid in session_ids}
         await self._load(session_ids)
+        if self._held is not None:
+            opener = self._decrypting(decoder)
+            folded: dict[str, _R] = {}
+            for sid in session_ids:
+                if sid not in folded:
+                    folded[sid] = fold(sid, opener.decode_held(sid, await self.inner.read(sid)))
+            return folded
         out: dict[str, _R] = await self.inner.read_decoded_many(
             session_ids, self._decrypting(decoder), fold
         )
@@ -523,8 +602,7 @@ class EncryptedStore:
             sealed = [self._seal(aead, store_id, ev) for ev in keep]
             return await eraser(session_id, sealed)
         ring, _ = self._ring()
-        self._aeads.pop(session_id, None)
-        self._nonces.pop(session_id, None)
+        self._drop(session_id)
         await ring.begin_erasure(session_id)
         try:
             done = await eraser(session_id, [])
