@@ -93,7 +93,7 @@ def main() -> int:
             return None
         folder = root / f"k{n}" if args.store == "postgres" else Path(url).parent
         folder.mkdir(exist_ok=True)
-        return key_file_for(url, folder)
+        return key_file_for(folder)
 
     url, schema = new_url(-1)
     keys = key_file(url, -1)
@@ -116,6 +116,7 @@ def main() -> int:
             if schema is not None:
                 _drop_schema(args.pg_dsn, schema)
         counts[trial.outcome] += 1
+        counts["finished on reopen"] += trial.finished_on_reopen
         if trial.outcome == "torn" or trial.problems:
             failed += 1
             print(f"trial {n}: {trial.outcome} after {trial.delay}: {trial.problems}", flush=True)
@@ -129,6 +130,9 @@ def main() -> int:
     print(f"{label}: {args.trials} trials in {elapsed:.1f} s: "
           f"{counts['erased']} erased, {counts['intact']} intact, {counts['torn']} torn, "
           f"{failed} failed", flush=True)  # fmt: skip
+    if args.encrypted:
+        print(f"  of the erased, {counts['finished on reopen']} were finished on reopen "
+              "(killed after the key's destruction, before the rows went)", flush=True)  # fmt: skip
     if not failed:
         shutil.rmtree(root, ignore_errors=True)
     else:

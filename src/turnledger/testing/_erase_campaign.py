@@ -41,6 +41,7 @@ import attrs
 import trio
 
 from ..adapters.stores import open_store, store_kind
+from ..adapters.stores._open import default_keyring
 from ..events import (
     DEFAULT_CODEC,
     Event,
@@ -92,6 +93,9 @@ class EraseTrial:
     delay: float | None
     #: What was wrong (empty unless ``torn`` or another session changed).
     problems: tuple[str, ...] = ()
+    #: Encrypted stores: the kill fell after the key's destruction and
+    #: before the rows went, and reopening the store finished the erasure.
+    finished_on_reopen: bool = False
 
 
 def _session(sid: str, secret: bool, turns: int, t0: float) -> list[StoredEvent]:
@@ -117,7 +121,7 @@ def _session(sid: str, secret: bool, turns: int, t0: float) -> list[StoredEvent]
     ]
 
 
-def key_file_for(url: str, folder: Path) -> Path:
+def key_file_for(folder: Path) -> Path:
     """The key file of an encrypted trial's store, made on first use."""
     from ..adapters.encryption import new_key_line
 
@@ -215,6 +219,18 @@ def _files_with_canary(folder: Path) -> list[str]:
 async def _judge(
     url: str, written: dict[str, list[Any]], folder: Path | None, key_file: Path | None
 ) -> EraseTrial:
+    left_pending: list[str] = []
+    if key_file is not None:  # what the kill left in the key ring
+        from ..adapters.encryption import PostgresKeyRing, SQLiteKeyRing
+
+        at = default_keyring(url)
+        ring: Any = await (
+            PostgresKeyRing.open(at) if store_kind(at) == "postgres" else SQLiteKeyRing.open(at)
+        )
+        try:
+            left_pending = await ring.pending_erasures()
+        finally:
+            await ring.aclose()
     # The next writer, as after a crash (with a key, it finishes an erasure
     # the kill cut short).
     store: EventStore = await open_store(url, keys=_keys(key_file))
@@ -223,10 +239,10 @@ async def _judge(
     try:
         found = {sid: _content(await store.read(sid)) for sid in written}
         ids = await store.session_ids()
-        ring = getattr(store, "ring", None)
-        if key_file is not None and ring is not None:
-            keyed = set(await ring.get_many(list(written)))
-            pending = await ring.pending_erasures()
+        opened_ring = getattr(store, "ring", None)
+        if key_file is not None and opened_ring is not None:
+            keyed = set(await opened_ring.get_many(list(written)))
+            pending = await opened_ring.pending_erasures()
     finally:
         await store.aclose()
     problems = [
@@ -250,7 +266,7 @@ async def _judge(
     else:
         outcome = "torn"
         problems.append(f"{TARGET} holds {len(target)} of its {len(written[TARGET])} events")
-    return EraseTrial(outcome, None, tuple(problems))
+    return EraseTrial(outcome, None, tuple(problems), TARGET in left_pending)
 
 
 def run_erase_trial(
