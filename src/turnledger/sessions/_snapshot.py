@@ -174,7 +174,10 @@ def _in_flight(r: InFlight) -> list[Any]:
 
 
 def _endings(
-    endings: list[tuple[RequestId, Ending]], turns: list[Turn], lo: int, where: dict[str, int]
+    endings: list[tuple[RequestId, Ending]],
+    turns: list[Turn],
+    lo: int,
+    where: dict[RequestId, int],
 ) -> list[Any]:
     # A committed turn's ending holds its request id and answer again: the
     # usual one is written as its turn's index alone, any other with the

@@ -730,20 +730,29 @@ class SealedSnapshots:
         return orjson.dumps(["snapshot", ring.store_id, snap.session_id, snap.version, snap.schema])
 
     async def save(self, snapshot: Any) -> None:
-        """Seal the body, then the inner store's ``save``.
+        """Seal the body (and the older part, apart), then the inner store's ``save``.
 
         Cancellation: as the inner store's ``save``.
         """
         aead = await self.store._key_for_writing(snapshot.session_id)
+        ad = self._ad(snapshot)
         nonce = os.urandom(_NONCE)
-        body = nonce + aead.encrypt(nonce, snapshot.body, self._ad(snapshot))
+        body = nonce + aead.encrypt(nonce, snapshot.body, ad)
+        older = b""
+        if snapshot.older:
+            nonce = os.urandom(_NONCE)
+            older = nonce + aead.encrypt(nonce, snapshot.older, ad + b"older")
         await self.inner.save(
-            attrs.evolve(snapshot, body=body, checksum=hashlib.sha256(body).hexdigest())
+            attrs.evolve(
+                snapshot, body=body, checksum=hashlib.sha256(body).hexdigest(), older=older
+            )
         )
 
     async def latest(self, session_id: str) -> Any:
         """The inner store's latest, opened; one that does not open comes
-        back with an empty body, so loading it reports it damaged.
+        back with an empty body, so loading it reports it damaged. Its
+        older part is opened when it is read; one that does not open reads
+        as gone.
 
         Cancellation: as the inner store's.
         """
@@ -752,13 +761,32 @@ class SealedSnapshots:
             return None
         await self.store._load([session_id])
         aead = self.store._aeads.get(session_id)
+        ad = self._ad(snap)
         try:
             if aead is None or hashlib.sha256(snap.body).hexdigest() != snap.checksum:
                 raise ValueError("no key, or damaged")
-            body = aead.decrypt(snap.body[:_NONCE], snap.body[_NONCE:], self._ad(snap))
+            body = aead.decrypt(snap.body[:_NONCE], snap.body[_NONCE:], ad)
         except (InvalidTag, ValueError):
             return attrs.evolve(snap, body=b"", checksum="does not open")
-        return attrs.evolve(snap, body=body, checksum=hashlib.sha256(body).hexdigest())
+        sealed_older, load = snap.older, snap.load_older
+
+        def older() -> bytes | None:
+            raw = sealed_older or (load() if load is not None else None)
+            if not raw:
+                return None
+            try:
+                opened: bytes = aead.decrypt(raw[:_NONCE], raw[_NONCE:], ad + b"older")
+            except (InvalidTag, ValueError):
+                return None
+            return opened
+
+        return attrs.evolve(
+            snap,
+            body=body,
+            checksum=hashlib.sha256(body).hexdigest(),
+            older=b"",
+            load_older=older,
+        )
 
     async def drop(self, session_id: str) -> None:
         """The inner store's ``drop``. Cancellation: as the inner store's."""
