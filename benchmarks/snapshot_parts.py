@@ -128,7 +128,7 @@ async def run(args: argparse.Namespace, where: str) -> None:
 
         parts: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("full replay", full),
-            ("read body", read_body),
+            ("read head", read_body),
             ("checksum", checksum),
             ("parse", parse),
             ("build", build),

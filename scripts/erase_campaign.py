@@ -116,7 +116,8 @@ def main() -> int:
             if schema is not None:
                 _drop_schema(args.pg_dsn, schema)
         counts[trial.outcome] += 1
-        counts["finished on reopen"] += trial.finished_on_reopen
+        if args.encrypted:
+            counts["finished on reopen"] += trial.finished_on_reopen
         if trial.outcome == "torn" or trial.problems:
             failed += 1
             print(f"trial {n}: {trial.outcome} after {trial.delay}: {trial.problems}", flush=True)
