@@ -411,6 +411,17 @@ async def test_snapshots_of_an_encrypted_store_are_sealed(target: str) -> None:
             log = Log()
             state, used = await recover_state(store, "s", sealed, log)
             assert used >= 4 and state == full and [e for e, _ in log.events] == ["snapshot_used"]
+            # A snapshot with an older part: both parts sealed, the older one
+            # opened when it is read.
+            from turnledger.sessions._snapshot import take_snapshot
+
+            events = await store.read("s")
+            split = take_snapshot("s", full, events[-1].tag, events[-1].recorded_at, newest=1)
+            assert split.older and CANARY.encode() in split.older
+            await sealed.save(split)
+            state, used = await recover_state(store, "s", sealed, Log())
+            assert used == split.version and state.turns._off() == len(full.turns) - 1
+            assert state == full and state.turns._off() == 0
             raw = at_rest(target)
             assert CANARY.encode() not in raw and len(raw) > 1000
             # Crypto-shredding covers the snapshot: without the key it is ignored.
