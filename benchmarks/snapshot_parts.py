@@ -11,16 +11,21 @@ on all alike), ``--rounds`` rounds (default 7), wall clock; each part is
 printed as its median and its share of the full replay's median:
 
 - ``full replay``  ``replay(await store.read_decoded(sid, DEFAULT_CODEC))``
-- ``read body``    ``SQLiteSnapshots.latest``: the snapshot's bytes, from its file
-- ``checksum``     SHA-256 of the body (``load_snapshot`` checks it first)
-- ``parse``        ``orjson.loads`` of the body (without the cyclic collector,
+- ``read head``    ``SQLiteSnapshots.latest``: the snapshot's head, from its file
+- ``checksum``     SHA-256 of the head (``load_snapshot`` checks it first)
+- ``parse``        ``orjson.loads`` of the head (without the cyclic collector,
                    as ``load_snapshot`` does it)
-- ``build``        the state from the parsed body (turns, endings, settings)
+- ``build``        the state from the parsed head (the newest turns and
+                   endings, every older request id, the settings)
 - ``tail``         the events after the snapshot, read and folded
 - ``reopen``       ``recover_state``: all of the above, as an actor does it
+- ``older part``   what the first need of an older turn adds: the older
+                   part read from the file, checked (SHA-256), parsed and
+                   built, on a state just loaded from the head
+- ``reopen+older`` ``recover_state(lazy=False)``: the reopen with the older
+                   part read at once, the whole history in memory
 
-The 20x goal of issue 26 leaves the reopen 1/20 of the full replay: the
-figures show which parts alone already exceed that budget.
+The 20x goal of issue 26 leaves the reopen 1/20 of the full replay.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from turnledger.adapters.stores import open_store, snapshots_beside
 from turnledger.events import DEFAULT_CODEC, StoredEvent
 from turnledger.runtime._snapshots import recover_state
 from turnledger.sessions import replay
-from turnledger.sessions._snapshot import _state, take_snapshot
+from turnledger.sessions._snapshot import _state, load_snapshot, take_snapshot
 
 SID = "long-session"
 TAIL = 10
@@ -75,6 +80,7 @@ async def run(args: argparse.Namespace, where: str) -> None:
         snap = take_snapshot(SID, state, stored[cut - 1].tag, stored[cut - 1].recorded_at)
         await snaps.save(snap)
         body = snap.body
+        older_bytes = len(snap.older)
 
         async def full() -> object:
             return replay(await store.read_decoded(SID, DEFAULT_CODEC))
@@ -97,7 +103,7 @@ async def run(args: argparse.Namespace, where: str) -> None:
         async def build() -> object:
             gc.disable()  # as load_snapshot does
             try:
-                return _state(doc)
+                return _state(doc, snap, None)
             finally:
                 gc.enable()
 
@@ -108,24 +114,40 @@ async def run(args: argparse.Namespace, where: str) -> None:
         async def reopen() -> object:
             return await recover_state(store, SID, snaps, _Quiet())
 
+        head_only = await snaps.latest(SID)
+        assert head_only is not None
+
+        async def older() -> object:
+            loaded = load_snapshot(head_only)
+            t0 = time.perf_counter()
+            assert len(list(loaded.turns)) == len(state.turns)
+            return time.perf_counter() - t0
+
+        async def reopen_all() -> object:
+            return await recover_state(store, SID, snaps, _Quiet(), lazy=False)
+
         parts: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("full replay", full),
-            ("read body", read_body),
+            ("read head", read_body),
             ("checksum", checksum),
             ("parse", parse),
             ("build", build),
             ("tail", tail),
             ("reopen", reopen),
+            ("older part", older),
+            ("reopen+older", reopen_all),
         ]
         times: dict[str, list[float]] = {name: [] for name, _ in parts}
         for _ in range(args.rounds):  # each round times every part: load hits all alike
             for name, fn in parts:
                 t0 = time.perf_counter()
-                await fn()
-                times[name].append(time.perf_counter() - t0)
+                got = await fn()
+                took = time.perf_counter() - t0
+                times[name].append(got if isinstance(got, float) else took)
         base = statistics.median(times["full replay"])
-        print(f"sqlite: {args.turns} turns ({len(events)} events), snapshot "
-              f"{len(body) / 1e6:.1f} MB after event {snap.version}, "
+        print(f"sqlite: {args.turns} turns ({len(events)} events), snapshot after event "
+              f"{snap.version}: head {len(body) / 1e3:.1f} kB, older part "
+              f"{older_bytes / 1e6:.1f} MB, "
               f"{args.rounds} rounds, wall-clock medians")  # fmt: skip
         print(f"  {'full replay':12} {1e3 * base:8.1f} ms   budget for 20x: {50 * base:.1f} ms")
         for name, _ in parts[1:]:

@@ -29,6 +29,7 @@ from turnledger.sessions import (
     replay,
 )
 from turnledger.sessions._snapshot import (
+    NEWEST,
     SNAPSHOT_SCHEMA,
     SnapshotInvalid,
     load_snapshot,
@@ -122,15 +123,26 @@ def upcast(events: list[Event], old: list[bool]) -> list[Event]:
 
 
 @settings(max_examples=200, deadline=None)
-@hgiven(start=tool_starts, script=scripts, old=st.lists(st.booleans(), max_size=80))
+@hgiven(
+    start=tool_starts,
+    script=scripts,
+    old=st.lists(st.booleans(), max_size=80),
+    newest=st.sampled_from([0, 1, 2, 3, NEWEST]),
+)
 def test_replay_from_a_snapshot_at_any_point_equals_full_replay(
-    start: Start, script: list[Message], old: list[bool]
+    start: Start, script: list[Message], old: list[bool], newest: int
 ) -> None:
+    """From a snapshot taken after any event, with any split between the
+    head and the older part (read inline, or through the store's loader),
+    folding the events after it gives the full replay: with the older part
+    still unread while folding, and loaded."""
     events = upcast(drive(start, script), old)
     full = replay(events)
     for k in range(len(events) + 1):
         before = replay(events[:k])
-        snap = take_snapshot("s", before, "tag", 1.0)
+        snap = take_snapshot("s", before, "tag", 1.0, newest=newest)
+        lazy = attrs.evolve(snap, older=b"", load_older=lambda s=snap: s.older)
+        assert replay(events[k:], load_snapshot(lazy)) == full  # folded before any load
         loaded = load_snapshot(snap)
         assert loaded == before
         assert type(loaded) is type(before)
@@ -172,6 +184,55 @@ def test_a_damaged_snapshot_is_refused() -> None:
     bad = b'{"phase": "Idle"}'
     with pytest.raises(SnapshotInvalid, match="damaged"):
         load_snapshot(attrs.evolve(snap, body=bad, checksum=hashlib.sha256(bad).hexdigest()))
+
+
+def _long_state(turns: int) -> Any:
+    script: list[Message] = []
+    for n in range(turns):
+        script += [Submit(NEW, f"q{n}"), ResponseStarted(CUR), Completed(CUR, f"a{n}", "stop")]
+    return replay(drive(Start("s", "m"), script))
+
+
+def test_a_long_session_reopens_with_its_older_turns_unread() -> None:
+    """The head holds the newest turns; the older part is read once, when
+    an older turn is first needed, and never for the newest or the length."""
+    state = _long_state(NEWEST + 20)
+    snap = take_snapshot("s", state, "turn_committed", 1.0)
+    assert snap.older
+    reads: list[int] = []
+
+    def load() -> bytes | None:
+        reads.append(1)
+        return snap.older
+
+    loaded = load_snapshot(attrs.evolve(snap, older=b"", load_older=load))
+    assert len(loaded.turns) == NEWEST + 20 and len(loaded.endings) == NEWEST + 20
+    assert loaded.turns[-1] == state.turns[-1] and loaded.turns[20] == state.turns[20]
+    assert loaded.endings.get(RequestId("never")) is None and not reads
+    assert loaded.turns[0] == state.turns[0] and reads == [1]
+    assert loaded == state and reads == [1]
+
+
+def test_a_damaged_older_part_is_found_when_needed_and_reported() -> None:
+    """An older part that is gone, flipped or not the head's raises
+    SnapshotInvalid where it is needed, after calling on_damage; the newest
+    turns stay readable without it."""
+    state = _long_state(NEWEST + 5)
+    snap = take_snapshot("s", state, "turn_committed", 1.0)
+    flipped = bytearray(snap.older)
+    flipped[len(flipped) // 2] ^= 0x01
+    other = take_snapshot("s", _long_state(NEWEST + 6), "turn_committed", 1.0).older
+    for older, why in ((None, "gone"), (bytes(flipped), "checksum"), (other, "checksum")):
+        seen: list[SnapshotInvalid] = []
+        loaded = load_snapshot(
+            attrs.evolve(snap, older=b"", load_older=lambda o=older: o), seen.append
+        )
+        assert loaded.turns[-1] == state.turns[-1]
+        with pytest.raises(SnapshotInvalid, match=why):
+            loaded.turns[0]
+        assert len(seen) == 1 and why in str(seen[0])
+        with pytest.raises(SnapshotInvalid):
+            list(loaded.endings)
 
 
 def test_text_json_cannot_carry_as_utf8_survives_a_snapshot() -> None:

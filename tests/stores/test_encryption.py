@@ -25,7 +25,7 @@ from turnledger.adapters.encryption import (
     rotate_keys,
 )
 from turnledger.adapters.stores import open_store, store_kind
-from turnledger.events import DEFAULT_CODEC, Event, StoredEvent
+from turnledger.events import DEFAULT_CODEC, Event, StoredEvent, session_hash
 from turnledger.testing import sample_events
 
 CANARY = "zebra-canary-7f3a"
@@ -411,6 +411,17 @@ async def test_snapshots_of_an_encrypted_store_are_sealed(target: str) -> None:
             log = Log()
             state, used = await recover_state(store, "s", sealed, log)
             assert used >= 4 and state == full and [e for e, _ in log.events] == ["snapshot_used"]
+            # A snapshot with an older part: both parts sealed, the older one
+            # opened when it is read.
+            from turnledger.sessions._snapshot import take_snapshot
+
+            events = await store.read("s")
+            split = take_snapshot("s", full, events[-1].tag, events[-1].recorded_at, newest=1)
+            assert split.older and CANARY.encode() in split.older
+            await sealed.save(split)
+            state, used = await recover_state(store, "s", sealed, Log())
+            assert used == split.version and state.turns._off() == len(full.turns) - 1
+            assert state == full and state.turns._off() == 0
             raw = at_rest(target)
             assert CANARY.encode() not in raw and len(raw) > 1000
             # Crypto-shredding covers the snapshot: without the key it is ignored.
@@ -440,16 +451,17 @@ async def test_erasure_shreds_the_key_first_then_the_rows(target: str) -> None:
             forgotten: list[str] = []
             ring = store.ring
             assert ring is not None
-            real_forget = ring.forget
+            real_begin = ring.begin_erasure
 
             async def spy(session_id: str) -> bool:
                 forgotten.append(session_id)
                 assert await store.inner.read(session_id)  # the rows are still there
-                return await real_forget(session_id)
+                return await real_begin(session_id)
 
-            ring.forget = spy  # type: ignore[method-assign]
+            ring.begin_erasure = spy  # type: ignore[method-assign]
             await store.erase("secret")
             assert forgotten == ["secret"]
+            assert await ring.pending_erasures() == []  # ended once the rows went
             assert await store.inner.read("secret") == []
             assert await store.read("secret") == []
             assert await store.read_decoded("other", DEFAULT_CODEC) == events
@@ -460,6 +472,89 @@ async def test_erasure_shreds_the_key_first_then_the_rows(target: str) -> None:
             await store.aclose()
         raw = at_rest(target)
         assert CANARY.encode() not in raw
+
+
+async def test_an_erasure_cut_after_the_key_is_finished_by_the_next_writer(
+    target: str,
+) -> None:
+    """A process killed between destroying the key and removing the rows
+    leaves a record in the key ring; the next store opened with keys for
+    writing removes the rows, so the session is erased, never listed with
+    rows no key opens. A read-only open leaves the record alone."""
+    events = canary_events()
+    with trio.fail_after(60):
+        store = await open_store(target, keys=K1)
+        assert isinstance(store, EncryptedStore) and store.ring is not None
+        try:
+            for sid in ("secret", "other"):
+                await store.append(sid, stored(sid, events), 0)
+            assert await store.ring.begin_erasure("secret")  # what the kill leaves
+        finally:
+            await store.aclose()
+        if store_kind(target) != "postgres":
+            peek = await open_store(target, keys=K1, read_only=True)
+            assert isinstance(peek, EncryptedStore) and peek.ring is not None
+            try:
+                assert await peek.ring.pending_erasures() == ["secret"]
+                assert "secret" in await peek.session_ids()
+            finally:
+                await peek.aclose()
+        store = await open_store(target, keys=K1)
+        assert isinstance(store, EncryptedStore) and store.ring is not None
+        try:
+            assert await store.ring.pending_erasures() == []
+            assert await store.session_ids() == ["other"]
+            assert await store.read("secret") == []
+            assert await store.read_decoded("other", DEFAULT_CODEC) == events
+            assert [r.session_hash for r in await store.erasures()] == [session_hash("secret")]
+        finally:
+            await store.aclose()
+
+
+async def test_erasing_an_unknown_session_leaves_no_record(target: str) -> None:
+    from turnledger import UnknownSession
+
+    with trio.fail_after(60):
+        store = await open_store(target, keys=K1)
+        assert isinstance(store, EncryptedStore) and store.ring is not None
+        try:
+            await store.append("other", stored("other", canary_events()), 0)
+            with pytest.raises(UnknownSession):
+                await store.erase("nobody")
+            assert await store.ring.pending_erasures() == []
+            assert await store.session_ids() == ["other"]
+            assert await store.erasures() == []
+        finally:
+            await store.aclose()
+
+
+async def test_a_journal_opens_each_sealed_event_once_and_forgets_it_on_erasure(
+    tmp_path: Path,
+) -> None:
+    """The sealed journal keeps what it opened (as the plaintext journal
+    keeps its events parsed); an event erased and written anew under the
+    same id and seq is read as the new one, never the kept one."""
+    path = tmp_path / "events.jsonl"
+    events = canary_events()
+    with trio.fail_after(60):
+        store = await open_store(path, keys=K1)
+        assert isinstance(store, EncryptedStore)
+        try:
+            await store.append("s", stored("s", events), 0)
+            first = await store.read_decoded("s", DEFAULT_CODEC)
+            again = await store.read_decoded("s", DEFAULT_CODEC)
+            assert first == again == events
+            assert all(a is b for a, b in zip(first, again, strict=True))  # kept, not reopened
+            assert await store.read("s") == await store.read("s")
+            await store.erase("s")
+            assert await store.read_decoded("s", DEFAULT_CODEC) == []
+            other = events[:1]
+            await store.append("s", stored("s", other), 0)
+            assert await store.read_decoded("s", DEFAULT_CODEC) == other
+            many = await store.read_decoded_many(["s", "s"], DEFAULT_CODEC, lambda s, e: e)
+            assert many == {"s": other}
+        finally:
+            await store.aclose()
 
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

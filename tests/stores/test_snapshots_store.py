@@ -232,3 +232,87 @@ async def test_erasing_a_session_drops_its_snapshot_first(tmp_path: Path) -> Non
         await store.aclose()
     raw = (tmp_path / "e.db.snapshots").read_bytes()
     assert canary.encode() not in raw
+
+
+async def test_a_long_session_reopens_from_the_head_and_reads_its_older_part_once(
+    tmp_path: Path,
+) -> None:
+    """A session longer than a snapshot's head reopens with its older turns
+    unread, equals the full replay once they are read, and goes on. An
+    older part found damaged when first needed fails that need with a
+    typed error, is logged, and the snapshot is dropped: the next open
+    replays in full."""
+    from turnledger import SessionClosed
+    from turnledger.sessions._snapshot import NEWEST, SnapshotInvalid, take_snapshot
+
+    db = str(tmp_path / "events.db")
+    turns = NEWEST + 16
+    with trio.fail_after(120):
+        store = await open_store(db)
+        snaps = await snapshots_beside(db)
+        try:
+            await run_turns(store, snaps, "s", [f"q{i}" for i in range(turns)], snapshot_every=200)
+            version = await wait_for_snapshot(snaps, "s", 200)
+            snap = await snaps.latest("s")
+            assert snap is not None and not snap.older and snap.load_older is not None
+            full = replay(await store.read_decoded("s", DEFAULT_CODEC))
+            state, used = await recover_state(store, "s", snaps, Lines())
+            assert used == version
+            assert state.turns._off() > 0  # the older turns are not read yet
+            assert state.turns[-1] == full.turns[-1] and len(state.turns) == turns
+            assert state == full and state.turns._off() == 0
+            eager, _ = await recover_state(store, "s", snaps, Lines(), lazy=False)
+            assert eager.turns._off() == 0 and eager == full
+            async with open_hub(store, ScriptedProvider(), model="m", snapshots=snaps) as hub:
+                result = await (await hub.submit("s", "after reopen")).outcome()
+                assert isinstance(result, CommittedResult)
+                assert len(await hub.history("s")) == turns + 1
+        finally:
+            await snaps.aclose()
+
+        def damage() -> None:
+            conn = sqlite3.connect(db + ".snapshots")
+            with conn:
+                (older,) = conn.execute("SELECT older FROM snapshots").fetchone()
+                flipped = bytearray(older)
+                flipped[len(flipped) // 2] ^= 0x20
+                conn.execute("UPDATE snapshots SET older=?", (bytes(flipped),))
+            conn.close()
+
+        damage()
+        snaps = await snapshots_beside(db)
+        try:
+            # In a hub: the turn that first needs the older turns is refused
+            # (nothing of it written), the next one goes on from a full replay.
+            async with open_hub(store, ScriptedProvider(), model="m", snapshots=snaps) as hub:
+                with pytest.raises(SessionClosed, match="SnapshotInvalid"):
+                    await (await hub.submit("s", "x")).outcome()
+                result = await (await hub.submit("s", "y")).outcome()
+                assert isinstance(result, CommittedResult)
+                history = await hub.history("s")
+            assert [t.question for t in history][-2:] == ["after reopen", "y"]
+            with trio.fail_after(10):
+                while await snaps.latest("s") is not None:  # dropped in the background
+                    await trio.sleep(0.01)
+
+            # recover_state itself: the damage is logged when found.
+            events = await store.read("s")
+            full = replay(DEFAULT_CODEC.decode(e) for e in events)
+            last = events[-1]
+            await snaps.save(take_snapshot("s", full, last.tag, last.recorded_at, newest=4))
+            damage()
+            log = Lines()
+            state, used = await recover_state(store, "s", snaps, log)
+            assert used == len(events) and state.turns[-1] == full.turns[-1]
+            with pytest.raises(SnapshotInvalid, match="checksum"):
+                list(state.turns)
+            (warning,) = [kw for lvl, ev, kw in log.lines if ev == "snapshot_ignored"]
+            assert "older part" in warning["reason"]
+            with trio.fail_after(10):
+                while await snaps.latest("s") is not None:
+                    await trio.sleep(0.01)
+            state, used = await recover_state(store, "s", snaps, Lines())
+            assert used == 0 and state == full
+        finally:
+            await snaps.aclose()
+            await store.aclose()

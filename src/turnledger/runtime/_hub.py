@@ -591,6 +591,7 @@ class Hub:
             session_id,
             self._runtime.snapshots,
             get_logger().bind(session_id=session_id),
+            lazy=False,  # the caller holds it past the hub's life, maybe
         )
         return state
 

@@ -1,6 +1,19 @@
 """Snapshots of a session's state (pure): what lets a long session reopen
 from its latest snapshot plus the events after it instead of its first event.
 
+A snapshot is in two parts. The *head* (``Snapshot.body``) holds the state
+with only its newest turns and endings (:data:`NEWEST` of each), the
+request ids of every older ending, and the size and SHA-256 of the *older
+part* (``Snapshot.older``), which holds the older turns and endings.
+Reopening reads and checks the head only; the older part is read, checked
+and built the first time something needs an older turn or ending (a
+projection that sends the whole history, an edit of an old turn, the next
+snapshot), through a loader the snapshot store gives
+(``Snapshot.load_older``). An older part found missing or damaged then
+raises :class:`SnapshotInvalid` there, and calls the ``on_damage`` hook
+given to :func:`load_snapshot` (the runtime logs it and drops the
+snapshot, so the next open replays in full).
+
 A snapshot is the state's fields as JSON (the settings through the event
 codec, so an old ``SessionStarted`` is upcast like any other), with a schema
 version, the SHA-256 of its body and an *anchor*: the tag and recorded time
@@ -17,13 +30,14 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import attrs
 import orjson
 
 from ..events import DEFAULT_CODEC, RequestId, SessionStarted, ToolCall
-from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
+from ._history import Ending, Endings, History, Older, ToolResult, ToolRound, Turn
 from ._phases import (
     AwaitingTools,
     Committed,
@@ -47,7 +61,11 @@ __all__ = [
 #: The layout of a snapshot's body. Bump it whenever a field of the
 #: session's state changes meaning: older snapshots are then ignored (the
 #: session replays in full once, and the next snapshot is current).
-SNAPSHOT_SCHEMA: Final = 1
+SNAPSHOT_SCHEMA: Final = 2
+
+#: Turns (and endings) a snapshot's head holds; the older ones are in its
+#: older part, loaded when first needed.
+NEWEST: Final = 64
 
 _PHASES: Final[dict[str, type[Any]]] = {
     cls.__name__: cls for cls in (Idle, Pending, Streaming, AwaitingTools, Committed, Discarded)
@@ -74,6 +92,12 @@ class Snapshot:
     anchor_tag: str
     anchor_at: float
     body: bytes = attrs.field(repr=False)
+    #: The older part (empty if there is none, or if the store left it to
+    #: ``load_older``).
+    older: bytes = attrs.field(default=b"", repr=False)
+    #: Reads the older part when it is first needed (``None``: it is gone);
+    #: given by a store whose ``latest`` does not read it.
+    load_older: Callable[[], bytes | None] | None = attrs.field(default=None, repr=False, eq=False)
 
 
 class SnapshotStore(Protocol):
@@ -149,16 +173,25 @@ def _in_flight(r: InFlight) -> list[Any]:
     ]
 
 
-def _endings(state: SessionState) -> list[Any]:
+def _endings(
+    endings: list[tuple[RequestId, Ending]],
+    turns: list[Turn],
+    lo: int,
+    where: dict[RequestId, int],
+) -> list[Any]:
     # A committed turn's ending holds its request id and answer again: the
     # usual one is written as its turn's index alone, any other with the
     # index where the answer goes. That halves a long session's snapshot.
-    where = {t.request_id: i for i, t in enumerate(state.turns)}
-    turns = state.turns
+    # Indexes count from turn ``lo`` (the first turn of the same part); an
+    # ending of a turn outside ``turns`` is written whole.
     out: list[Any] = []
-    for rid, e in state.endings:
+    for rid, e in endings:
         answer: Any = e.answer
         i = where.get(rid)
+        if i is not None:
+            i -= lo
+            if not 0 <= i < len(turns):
+                i = None
         if i is not None and answer is not None and turns[i].answer == answer:
             if e.kind == "committed" and not e.reason and not e.detail:
                 out.append(i)  # the usual ending: just its turn's index
@@ -168,16 +201,34 @@ def _endings(state: SessionState) -> list[Any]:
     return out
 
 
-def _body(state: SessionState) -> dict[str, Any]:
+def _older(turns: list[Turn], endings: list[tuple[RequestId, Ending]]) -> dict[str, Any]:
+    where = {t.request_id: i for i, t in enumerate(turns)}
+    return {"turns": [_turn(t) for t in turns], "endings": _endings(endings, turns, 0, where)}
+
+
+def _body(state: SessionState, older: bytes, n_turns: int, n_endings: int) -> dict[str, Any]:
     config = None
     if state.config is not None:
         config = list(DEFAULT_CODEC.to_payload(state.config))
+    turns = list(state.turns)
+    endings = list(state.endings)
+    newest = turns[n_turns:]
+    where = {t.request_id: i for i, t in enumerate(newest, n_turns)}
     return {
         "phase": type(state).__name__,
         "config": config,
-        "turns": [_turn(t) for t in state.turns],
+        "turns": [_turn(t) for t in newest],
+        "older": [
+            n_turns,
+            n_endings,
+            len(older),
+            hashlib.sha256(older).hexdigest(),
+            [rid for rid, _ in endings[:n_endings]],
+        ]
+        if older
+        else None,
         "context_start": state.context_start,
-        "endings": _endings(state),
+        "endings": _endings(endings[n_endings:], newest, n_turns, where),
         "version": state.version,
         "last_request_id": state.last_request_id,
         "calibration": list(state.calibration) if state.calibration is not None else None,
@@ -196,11 +247,23 @@ def _dumps(body: dict[str, Any]) -> bytes:
 
 
 def take_snapshot(
-    session_id: str, state: SessionState, anchor_tag: str, anchor_at: float
+    session_id: str,
+    state: SessionState,
+    anchor_tag: str,
+    anchor_at: float,
+    *,
+    newest: int = NEWEST,
 ) -> Snapshot:
     """The snapshot of ``state`` (after event ``state.version``, whose tag
-    and recorded time are the anchor)."""
-    body = _dumps(_body(state))
+    and recorded time are the anchor): its newest :data:`NEWEST` turns and
+    endings (``newest``) in the head, the others in the older part."""
+    n_turns = max(0, len(state.turns) - newest)
+    n_endings = max(0, len(state.endings) - newest)
+    older = b""
+    if n_turns or n_endings:
+        items = list(state.endings)
+        older = _dumps(_older(list(state.turns)[:n_turns], items[:n_endings]))
+    body = _dumps(_body(state, older, n_turns, n_endings))
     return Snapshot(
         session_id,
         state.version,
@@ -209,6 +272,7 @@ def take_snapshot(
         anchor_tag,
         anchor_at,
         body,
+        older,
     )
 
 
@@ -262,11 +326,13 @@ def _turns(items: list[list[Any]]) -> list[Turn]:
     return out
 
 
-def _endings_of(rows: list[Any], turns: list[Turn]) -> Endings:
-    """The Endings of ``rows``, built in one go (as ``record`` one by one
-    would, each request id once)."""
+def _ending_items(
+    rows: list[Any], turns: list[Turn], index: dict[RequestId, int], start: int
+) -> list[tuple[RequestId, Ending]]:
+    """The endings of ``rows`` (an int refers to ``turns``), each request id
+    put in ``index`` at its position from ``start``; a request id already
+    there is an error."""
     items: list[tuple[RequestId, Ending]] = []
-    index: dict[RequestId, int] = {}
     e0, e1, e2, e3 = _ENDING
     for row in rows:
         answer: Any
@@ -286,24 +352,106 @@ def _endings_of(rows: list[Any], turns: list[Turn]) -> Endings:
         e1(e, reason)
         e2(e, detail)
         e3(e, answer)
-        index[rid] = len(items)
+        index[rid] = start + len(items)
         items.append((rid, e))
+    return items
+
+
+def _endings_of(rows: list[Any], turns: list[Turn]) -> Endings:
+    """The Endings of ``rows``, built in one go (as ``record`` one by one
+    would, each request id once)."""
+    index: dict[RequestId, int] = {}
+    items = _ending_items(rows, turns, index, 0)
     endings: Endings = _new(Endings)
     endings._items = items
     endings._n = len(items)
     endings._index = index
+    endings._older = None
     return endings
 
 
-def _state(doc: dict[str, Any]) -> SessionState:
+class _OlderPart:
+    """A snapshot's older part, read, checked and built once, when first
+    needed (see the module)."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        meta: list[Any],
+        on_damage: Callable[[SnapshotInvalid], None] | None,
+    ) -> None:
+        self._snapshot = snapshot
+        self.turns_n, self.endings_n, self._size, self._sha, self.rids = meta
+        self._on_damage = on_damage
+        self._built: tuple[list[Turn], list[tuple[RequestId, Ending]]] | None = None
+
+    def _damaged(self, why: str) -> SnapshotInvalid:
+        exc = SnapshotInvalid(f"damaged: the older part {why}")
+        if self._on_damage is not None:
+            self._on_damage(exc)
+        return exc
+
+    def build(self) -> tuple[list[Turn], list[tuple[RequestId, Ending]]]:
+        if self._built is not None:
+            return self._built
+        snap = self._snapshot
+        raw = snap.older or (snap.load_older() if snap.load_older is not None else None)
+        if not raw:
+            raise self._damaged("is gone")
+        if len(raw) != self._size or hashlib.sha256(raw).hexdigest() != self._sha:
+            raise self._damaged("does not match its checksum")
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            try:
+                doc = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                doc = json.loads(raw)
+            turns = _turns(doc["turns"])
+            index: dict[RequestId, int] = {}
+            endings = _ending_items(doc["endings"], turns, index, 0)
+        except Exception as exc:
+            raise self._damaged(f"does not parse: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if collecting:
+                gc.enable()
+        if (
+            len(turns) != self.turns_n
+            or len(endings) != self.endings_n
+            or [rid for rid, _ in endings] != self.rids
+        ):
+            raise self._damaged("does not match its head")
+        self._built = turns, endings
+        return self._built
+
+
+def _state(
+    doc: dict[str, Any],
+    snapshot: Snapshot,
+    on_damage: Callable[[SnapshotInvalid], None] | None,
+) -> SessionState:
     cls = _PHASES[doc["phase"]]
     config = doc["config"]
     turns = _turns(doc["turns"])
+    history: History
+    endings: Endings
+    if doc["older"] is None:
+        history, endings = History(turns), _endings_of(doc["endings"], turns)
+    else:
+        part = _OlderPart(snapshot, doc["older"], on_damage)
+        if type(part.rids) is not list or len(part.rids) != part.endings_n:
+            raise TypeError("the older request ids do not match their count")
+        index = {rid: i for i, rid in enumerate(part.rids)}
+        if len(index) != part.endings_n:
+            raise ValueError("an older request id repeats")
+        newest = _ending_items(doc["endings"], turns, index, part.endings_n)
+        history = History.lazy(turns, Older(part.turns_n, lambda: part.build()[0]))
+        endings = Endings.lazy(newest, Older(part.endings_n, lambda: part.build()[1]), index)
     fields: dict[str, Any] = {
         "config": None if config is None else DEFAULT_CODEC.from_payload(*config),
-        "turns": History(turns),
+        "turns": history,
         "context_start": doc["context_start"],
-        "endings": _endings_of(doc["endings"], turns),
+        "endings": endings,
         "version": doc["version"],
         "last_request_id": doc["last_request_id"],
         "calibration": tuple(doc["calibration"]) if doc["calibration"] is not None else None,
@@ -323,8 +471,14 @@ def _state(doc: dict[str, Any]) -> SessionState:
     return state
 
 
-def load_snapshot(snapshot: Snapshot) -> SessionState:
-    """The state inside ``snapshot``, after checking its schema and checksum.
+def load_snapshot(
+    snapshot: Snapshot, on_damage: Callable[[SnapshotInvalid], None] | None = None
+) -> SessionState:
+    """The state inside ``snapshot``, after checking its schema and the
+    checksum of its head. Its older turns and endings are read, checked and
+    built when first needed; an older part found damaged then raises
+    :class:`SnapshotInvalid` where it was needed, after calling
+    ``on_damage`` with it.
 
     Raises:
         SnapshotInvalid: the snapshot is outdated (another schema), damaged
@@ -346,7 +500,7 @@ def load_snapshot(snapshot: Snapshot) -> SessionState:
             doc = orjson.loads(snapshot.body)
         except orjson.JSONDecodeError:
             doc = json.loads(snapshot.body)  # lone surrogates, escaped
-        state = _state(doc)
+        state = _state(doc, snapshot, on_damage)
     except Exception as exc:  # any layout error: the snapshot is not usable
         raise SnapshotInvalid(f"damaged: {type(exc).__name__}: {exc}") from exc
     finally:

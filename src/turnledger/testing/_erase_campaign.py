@@ -14,10 +14,19 @@ as the next writer would, and judges:
 
 Every other session must read back exactly as written, whatever the outcome.
 ``scripts/erase_campaign.py`` runs the trials by the hundred.
+
+With ``encrypted=True`` the store is opened with a key (a key file beside
+the store, ``keys.txt``; the key ring is the store's default one), so the
+erasure destroys the session's data key first (crypto-shredding), then its
+rows. ``erased`` then also requires that the key ring holds neither the
+session's key nor a record of an erasure under way, once the store was
+reopened as the next writer would (which finishes an erasure a kill cut
+short); ``intact`` requires that the session still opens with its key.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import select
@@ -32,6 +41,7 @@ import attrs
 import trio
 
 from ..adapters.stores import open_store, store_kind
+from ..adapters.stores._open import default_keyring
 from ..events import (
     DEFAULT_CODEC,
     Event,
@@ -48,7 +58,7 @@ from ..events import (
     TurnSubmitted,
 )
 
-__all__ = ["CANARY", "EraseTrial", "calibrate", "prepare", "run_erase_trial"]
+__all__ = ["CANARY", "EraseTrial", "calibrate", "key_file_for", "prepare", "run_erase_trial"]
 
 #: The text the erased session holds and no byte of the store may keep.
 CANARY = "CANARY-0b9e41-SIGKILL-ERASE"
@@ -59,7 +69,11 @@ import sys, time, trio
 from turnledger.adapters.stores import open_store
 
 async def main():
-    store = await open_store(sys.argv[1])
+    keys = None
+    if len(sys.argv) > 3:
+        from turnledger.adapters.encryption import keys_from_file
+        keys = keys_from_file(sys.argv[3])
+    store = await open_store(sys.argv[1], keys=keys)
     print("erasing", flush=True)
     t0 = time.perf_counter()
     await store.erase(sys.argv[2])
@@ -79,6 +93,9 @@ class EraseTrial:
     delay: float | None
     #: What was wrong (empty unless ``torn`` or another session changed).
     problems: tuple[str, ...] = ()
+    #: Encrypted stores: the kill fell after the key's destruction and
+    #: before the rows went, and reopening the store finished the erasure.
+    finished_on_reopen: bool = False
 
 
 def _session(sid: str, secret: bool, turns: int, t0: float) -> list[StoredEvent]:
@@ -104,10 +121,32 @@ def _session(sid: str, secret: bool, turns: int, t0: float) -> list[StoredEvent]
     ]
 
 
-async def prepare(url: str, *, sessions: int = 20, turns: int = 4) -> dict[str, list[Any]]:
+def key_file_for(folder: Path) -> Path:
+    """The key file of an encrypted trial's store, made on first use."""
+    from ..adapters.encryption import new_key_line
+
+    path = folder / "keys.txt"
+    if not path.exists():
+        path.write_text(new_key_line("k1") + "\n")
+        path.chmod(0o600)
+    return path
+
+
+def _keys(key_file: Path | None) -> Any:
+    if key_file is None:
+        return None
+    from ..adapters.encryption import keys_from_file
+
+    return keys_from_file(key_file)
+
+
+async def prepare(
+    url: str, *, sessions: int = 20, turns: int = 4, key_file: Path | None = None
+) -> dict[str, list[Any]]:
     """Write ``sessions`` sessions (the one in the middle is :data:`TARGET`,
-    with the canary); returns what each holds, to compare with later."""
-    store = await open_store(url)
+    with the canary), sealed under keys from ``key_file`` if given; returns
+    what each holds, to compare with later."""
+    store = await open_store(url, keys=_keys(key_file))
     written: dict[str, list[Any]] = {}
     try:
         for i in range(sessions):
@@ -124,9 +163,10 @@ def _content(events: list[StoredEvent]) -> list[Any]:
     return [(e.seq, e.tag, e.schema_version, dict(e.payload)) for e in events]
 
 
-def _child(url: str) -> subprocess.Popen[str]:
+def _child(url: str, key_file: Path | None) -> subprocess.Popen[str]:
+    extra = [] if key_file is None else [str(key_file)]
     return subprocess.Popen(
-        [sys.executable, "-c", _CHILD, url, TARGET],
+        [sys.executable, "-c", _CHILD, url, TARGET, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -161,9 +201,9 @@ def _announced(proc: subprocess.Popen[str], timeout: float) -> None:
     raise RuntimeError(f"the erasing child never started: {err}")
 
 
-def calibrate(url: str, timeout: float = 60.0) -> float:
+def calibrate(url: str, timeout: float = 60.0, *, key_file: Path | None = None) -> float:
     """Seconds one erasure takes in a child (on a store :func:`prepare` wrote)."""
-    proc = _child(url)
+    proc = _child(url, key_file)
     out, err = proc.communicate(timeout=timeout)
     for line in out.splitlines():
         if line.startswith("erased "):
@@ -176,11 +216,33 @@ def _files_with_canary(folder: Path) -> list[str]:
     return [p.name for p in sorted(folder.iterdir()) if p.is_file() and needle in p.read_bytes()]
 
 
-async def _judge(url: str, written: dict[str, list[Any]], folder: Path | None) -> EraseTrial:
-    store: EventStore = await open_store(url)  # the next writer, as after a crash
+async def _judge(
+    url: str, written: dict[str, list[Any]], folder: Path | None, key_file: Path | None
+) -> EraseTrial:
+    left_pending: list[str] = []
+    if key_file is not None:  # what the kill left in the key ring
+        from ..adapters.encryption import PostgresKeyRing, SQLiteKeyRing
+
+        at = default_keyring(url)
+        ring: Any = await (
+            PostgresKeyRing.open(at) if store_kind(at) == "postgres" else SQLiteKeyRing.open(at)
+        )
+        try:
+            left_pending = await ring.pending_erasures()
+        finally:
+            await ring.aclose()
+    # The next writer, as after a crash (with a key, it finishes an erasure
+    # the kill cut short).
+    store: EventStore = await open_store(url, keys=_keys(key_file))
+    keyed: set[str] = set()
+    pending: list[str] = []
     try:
         found = {sid: _content(await store.read(sid)) for sid in written}
         ids = await store.session_ids()
+        opened_ring = getattr(store, "ring", None)
+        if key_file is not None and opened_ring is not None:
+            keyed = set(await opened_ring.get_many(list(written)))
+            pending = await opened_ring.pending_erasures()
     finally:
         await store.aclose()
     problems = [
@@ -198,20 +260,29 @@ async def _judge(url: str, written: dict[str, list[Any]], folder: Path | None) -
         if left:
             outcome = "torn"
             problems.append(f"erased, but the canary is still in {left}")
+        if key_file is not None and (TARGET in keyed or pending):
+            outcome = "torn"
+            problems.append(f"erased, but the key ring keeps {TARGET}'s key or {pending}")
     else:
         outcome = "torn"
         problems.append(f"{TARGET} holds {len(target)} of its {len(written[TARGET])} events")
-    return EraseTrial(outcome, None, tuple(problems))
+    return EraseTrial(outcome, None, tuple(problems), TARGET in left_pending)
 
 
 def run_erase_trial(
-    url: str, rng: random.Random, max_delay: float, *, timeout: float = 60.0
+    url: str,
+    rng: random.Random,
+    max_delay: float,
+    *,
+    timeout: float = 60.0,
+    key_file: Path | None = None,
 ) -> EraseTrial:
     """One trial on a store :func:`prepare` has not written yet: prepare,
-    erase in a child, SIGKILL it after ``U(0, max_delay)`` seconds, judge."""
-    written = trio.run(prepare, url)
+    erase in a child, SIGKILL it after ``U(0, max_delay)`` seconds, judge.
+    With ``key_file`` the store is encrypted under its keys."""
+    written = trio.run(functools.partial(prepare, url, key_file=key_file))
     folder = None if store_kind(url) == "postgres" else Path(url).parent
-    proc = _child(url)
+    proc = _child(url, key_file)
     try:
         _announced(proc, timeout)
         delay = rng.uniform(0, max_delay)
@@ -225,5 +296,5 @@ def run_erase_trial(
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
-    trial = trio.run(_judge, url, written, folder)
+    trial = trio.run(_judge, url, written, folder, key_file)
     return attrs.evolve(trial, delay=delay)

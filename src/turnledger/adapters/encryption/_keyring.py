@@ -69,6 +69,35 @@ class KeyRing(Protocol):
         """
         ...
 
+    async def begin_erasure(self, session_id: str) -> bool:
+        """Destroy the session's key and, in the same transaction, record
+        that its erasure is under way (the rows are still to be removed);
+        True if it had a key. A process killed before :meth:`end_erasure`
+        leaves the record, and the next writer that opens the store finishes
+        the erasure (see :meth:`pending_erasures`).
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
+        ...
+
+    async def pending_erasures(self) -> list[str]:
+        """The sessions whose key was destroyed by :meth:`begin_erasure` and
+        whose erasure has not been ended.
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
+        ...
+
+    async def end_erasure(self, session_id: str) -> None:
+        """Drop the record of the session's erasure (its rows are gone).
+
+        Cancellation: an implementation says; the bundled ones run on a worker thread, so a
+        cancelled call may still have done it.
+        """
+        ...
+
     async def all(self) -> list[tuple[str, WrappedKey]]:
         """Every ``(session_id, wrapped key)``.
 
@@ -154,6 +183,7 @@ class SQLiteKeyRing(_Threaded):
                     "CREATE TABLE IF NOT EXISTS data_keys(session_id TEXT PRIMARY KEY,"
                     " kek_id TEXT NOT NULL, wrapped BLOB NOT NULL)"
                 )
+                conn.execute("CREATE TABLE IF NOT EXISTS erasing(session_id TEXT PRIMARY KEY)")
                 conn.execute(
                     "INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,)
                 )
@@ -224,6 +254,43 @@ class SQLiteKeyRing(_Threaded):
 
         return await self._run(run)
 
+    async def begin_erasure(self, session_id: str) -> bool:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
+        def run() -> bool:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("INSERT OR IGNORE INTO erasing VALUES (?)", (session_id,))
+                cur = conn.execute("DELETE FROM data_keys WHERE session_id=?", (session_id,))
+                had = cur.rowcount == 1
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return had
+
+        return await self._run(run)
+
+    async def pending_erasures(self) -> list[str]:
+        """Cancellation: reads only; a cancelled call changed nothing."""
+
+        def run() -> list[str]:
+            rows = self._conn.execute("SELECT session_id FROM erasing ORDER BY session_id")
+            return [sid for (sid,) in rows]
+
+        return await self._run(run)
+
+    async def end_erasure(self, session_id: str) -> None:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
+        def run() -> None:
+            self._conn.execute("DELETE FROM erasing WHERE session_id=?", (session_id,))
+
+        await self._run(run)
+
     async def all(self) -> list[tuple[str, WrappedKey]]:
         """Cancellation: reads only; a cancelled call changed nothing."""
 
@@ -259,11 +326,12 @@ class PostgresKeyRing(_Threaded):
     apart from the events' backups (see docs/encryption.md).
     """
 
-    def __init__(self, conn: Any, table: str, store_id: str) -> None:
+    def __init__(self, conn: Any, table: str, store_id: str, erasing: str = "") -> None:
         super().__init__()
         self._conn = conn
         self._table = table
         self._store_id = store_id
+        self._erasing = erasing
 
     @property
     def store_id(self) -> str:
@@ -298,6 +366,11 @@ class PostgresKeyRing(_Threaded):
                 if schema
                 else sql.Identifier(table + "_meta")
             )
+            erasing = (
+                sql.Identifier(schema, table + "_erasing")
+                if schema
+                else sql.Identifier(table + "_erasing")
+            )
             with conn.transaction():
                 conn.execute(
                     sql.SQL(
@@ -311,6 +384,11 @@ class PostgresKeyRing(_Threaded):
                     ).format(meta)
                 )
                 conn.execute(
+                    sql.SQL("CREATE TABLE IF NOT EXISTS {} (session_id text PRIMARY KEY)").format(
+                        erasing
+                    )
+                )
+                conn.execute(
                     sql.SQL("INSERT INTO {} VALUES ('store_id', %s) ON CONFLICT DO NOTHING").format(
                         meta
                     ),
@@ -320,7 +398,7 @@ class PostgresKeyRing(_Threaded):
                     sql.SQL("SELECT v FROM {} WHERE k = 'store_id'").format(meta)
                 ).fetchone()
             assert row is not None  # inserted above if missing
-            ring = cls(conn, name.as_string(conn), row[0])
+            ring = cls(conn, name.as_string(conn), row[0], erasing.as_string(conn))
             return ring
 
         return await trio.to_thread.run_sync(run)
@@ -380,6 +458,43 @@ class PostgresKeyRing(_Threaded):
             return bool(cur.rowcount == 1)
 
         return await self._run(run)
+
+    async def begin_erasure(self, session_id: str) -> bool:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
+        def run() -> bool:
+            with self._conn.transaction():
+                self._conn.execute(
+                    f"INSERT INTO {self._erasing} VALUES (%s) ON CONFLICT DO NOTHING",
+                    (session_id,),
+                )
+                cur = self._conn.execute(
+                    f"DELETE FROM {self._table} WHERE session_id = %s", (session_id,)
+                )
+            return bool(cur.rowcount == 1)
+
+        return await self._run(run)
+
+    async def pending_erasures(self) -> list[str]:
+        """Cancellation: reads only; a cancelled call changed nothing."""
+
+        def run() -> list[str]:
+            rows = self._conn.execute(
+                f"SELECT session_id FROM {self._erasing} ORDER BY session_id"
+            ).fetchall()
+            return [sid for (sid,) in rows]
+
+        return await self._run(run)
+
+    async def end_erasure(self, session_id: str) -> None:
+        """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
+        cancelled call may still have done it."""
+
+        def run() -> None:
+            self._conn.execute(f"DELETE FROM {self._erasing} WHERE session_id = %s", (session_id,))
+
+        await self._run(run)
 
     async def all(self) -> list[tuple[str, WrappedKey]]:
         """Cancellation: reads only; a cancelled call changed nothing."""

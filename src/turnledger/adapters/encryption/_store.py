@@ -29,12 +29,15 @@ from ..._errors import (
     DecryptionFailed,
     PlaintextRefused,
     StoreError,
+    UnknownSession,
     WrongKey,
 )
+from ..._logging import library_logger
 from ...events import DEFAULT_CODEC, EventDecoder, StoredEvent
 from ...events._envelope import envelope
 from ...events._exact_json import loads_exact
 from ...events.codec import ENCRYPTED_FIELD
+from ..stores._common import HeldEvents
 from ..stores._payloads import SEALED_BLOB, dumps_payload, sealed_text
 from ._keyring import KeyRing
 from ._providers import KeyProvider
@@ -166,15 +169,104 @@ class _Decrypting:
     needs are loaded beforehand."""
 
     def __init__(
-        self, decoder: EventDecoder[_T], store_id: str, aeads: Mapping[str, AESGCM]
+        self,
+        decoder: EventDecoder[_T],
+        store_id: str,
+        aeads: Mapping[str, AESGCM],
+        held: dict[str, dict[int, tuple[StoredEvent, object, Any]]] | None = None,
     ) -> None:
         self._decoder = decoder
         self._store_id = store_id
         self._aeads = aeads
+        self._held = held
 
     def open_envelope(self, stored: StoredEvent) -> StoredEvent:
         """``stored`` with its payload opened and parsed exactly (as a
-        store's ``read`` parses JSON text)."""
+        store's ``read`` parses JSON text); kept, for a store that holds its
+        events in memory (see :class:`EncryptedStore`)."""
+        held = self._held
+        if held is None:
+            return self._open_envelope(stored)
+        sid = stored.session_id
+        mine = held.get(sid)
+        if mine is None:
+            mine = held[sid] = {}
+        hit = mine.get(stored.seq)
+        if hit is not None and hit[0] is stored and hit[1] is None:
+            opened: StoredEvent = hit[2]
+            return opened
+        opened = self._open_envelope(stored)
+        mine[stored.seq] = (stored, None, opened)
+        return opened
+
+    def decode_held(self, session_id: str, events: Sequence[StoredEvent]) -> list[Any]:
+        """The events of a store that holds them in memory, decoded: each
+        one this decoder decoded before (the very same event) is taken as it
+        was; the others are opened in one batch (:meth:`decode_rows`) and
+        kept."""
+        held = self._held
+        assert held is not None
+        mine = held.get(session_id)
+        if mine is None:
+            mine = held[session_id] = {}
+        decoder = self._decoder
+        aead = self._aeads.get(session_id)
+        store_id = self._store_id
+        ad_head = _event_ad(store_id, session_id, 0, "", 0)[:-7]  # as in decode_rows
+        ad_tails: dict[tuple[str, int], bytes] = {}
+        unhex = binascii.a2b_hex
+        out: list[Any] = []
+        todo: list[int] = []
+        rows: list[tuple[int, str, int, str | bytes]] = []
+        for ev in events:
+            seq, tag, version, payload = ev.seq, ev.tag, ev.schema_version, ev.payload
+            hit = mine.get(seq)
+            if hit is not None and hit[0] is ev and hit[1] is decoder:
+                out.append(hit[2])
+                continue
+            todo.append(len(out))
+            out.append(None)
+            value = payload.get(ENCRYPTED_FIELD) if len(payload) == 1 else None
+            if type(value) is not str or aead is None or type(seq) is not int:
+                # plaintext, damage or no key: judged (and refused) as a row
+                text = _PREFIX + value + '"}' if type(value) is str else dumps_payload(payload)
+                rows.append((seq, tag, version, text))
+                continue
+            tail = ad_tails.get((tag, version))
+            if tail is None:
+                tail = ad_tails[(tag, version)] = _event_ad("", "", 0, tag, version)[8:]
+            try:
+                raw = unhex(value)
+                plain = aead.decrypt(raw[:_NONCE], raw[_NONCE:], b"%b%d%b" % (ad_head, seq, tail))
+            except (InvalidTag, ValueError):
+                plain = _open(aead, store_id, session_id, seq, tag, version, value)
+            rows.append((seq, tag, version, plain))
+        if rows:
+            decoded = decoder.decode_rows(session_id, [self._judged(session_id, r) for r in rows])
+            for i, value in zip(todo, decoded, strict=True):
+                out[i] = value
+                ev = events[i]
+                mine[ev.seq] = (ev, decoder, value)
+        return out
+
+    def _judged(
+        self, session_id: str, row: tuple[int, str, int, str | bytes]
+    ) -> tuple[int, str, int, str | bytes]:
+        # A row decode_held could not open itself (its text is str) goes
+        # through decode_rows' checks; an opened one (bytes) is as it is.
+        if isinstance(row[3], bytes):
+            return row
+        seq, tag, version, text = row
+        sealed = _sealed_of_text(session_id, seq, text)
+        aead = self._aeads.get(session_id)
+        return (
+            seq,
+            tag,
+            version,
+            _open(aead, self._store_id, session_id, seq, tag, version, sealed),
+        )
+
+    def _open_envelope(self, stored: StoredEvent) -> StoredEvent:
         sid, seq = stored.session_id, stored.seq
         text = self._open_one(stored)
         return envelope(
@@ -278,6 +370,15 @@ class EncryptedStore:
         # Sealed payloads as bytes where the inner store keeps bytes
         # (format 2), else as hex in JSON text (format 1).
         self._blobs = bool(getattr(inner, "sealed_blobs", False))
+        # A store that holds its events parsed in memory (the journal, the
+        # memory store) has each sealed event opened once, as its plaintext
+        # twin holds them parsed: session id -> seq -> (the sealed event,
+        # the decoder or None, its decoded event or opened envelope), valid
+        # while the store still holds that very event. Dropped with the
+        # session's key.
+        self._held: dict[str, dict[int, tuple[StoredEvent, object, Any]]] | None = (
+            {} if isinstance(inner, HeldEvents) else None
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -361,9 +462,14 @@ class EncryptedStore:
         thread; a cancelled call may still have deleted it.
         """
         ring, _ = self._ring()
+        self._drop(session_id)
+        return await ring.forget(session_id)
+
+    def _drop(self, session_id: str) -> None:
         self._aeads.pop(session_id, None)
         self._nonces.pop(session_id, None)
-        return await ring.forget(session_id)
+        if self._held is not None:
+            self._held.pop(session_id, None)
 
     # --- the EventStore port ------------------------------------------------
 
@@ -422,7 +528,7 @@ class EncryptedStore:
 
     def _decrypting(self, decoder: EventDecoder[_T]) -> _Decrypting:
         ring, _ = self._ring()
-        return _Decrypting(decoder, ring.store_id, self._aeads)
+        return _Decrypting(decoder, ring.store_id, self._aeads, self._held)
 
     async def _opened(self, events: list[StoredEvent]) -> list[StoredEvent]:
         if not events:
@@ -455,6 +561,9 @@ class EncryptedStore:
         if self.locked:
             return [_locked(ev) for ev in await self.inner.read(session_id, after)]
         await self._load([session_id])
+        if self._held is not None:
+            events = await self.inner.read(session_id, after)
+            return self._decrypting(decoder).decode_held(session_id, events)
         out: list[_T] = await self.inner.read_decoded(session_id, self._decrypting(decoder), after)
         return out
 
@@ -474,6 +583,13 @@ class EncryptedStore:
                     _locked(ev)
             return {sid: fold(sid, []) for sid in session_ids}
         await self._load(session_ids)
+        if self._held is not None:
+            opener = self._decrypting(decoder)
+            folded: dict[str, _R] = {}
+            for sid in session_ids:
+                if sid not in folded:
+                    folded[sid] = fold(sid, opener.decode_held(sid, await self.inner.read(sid)))
+            return folded
         out: dict[str, _R] = await self.inner.read_decoded_many(
             session_ids, self._decrypting(decoder), fold
         )
@@ -499,20 +615,70 @@ class EncryptedStore:
         first, then the inner store's ``erase`` removes the rows. ``keep``
         (a trim to the newest turns) is sealed under a fresh data key.
 
+        A whole erasure is recorded in the key ring in the same transaction
+        that destroys the key (:meth:`KeyRing.begin_erasure`), and the record
+        is dropped once the rows are gone. A process killed in between
+        leaves the record; the next writer that opens the store finishes the
+        erasure (:meth:`finish_erasures`), so the session ends erased, never
+        listed with rows that no key opens.
+
         Cancellation: a cancelled call may have destroyed the key and not
         the rows: the session then reads as having no key (``WrongKey``),
-        never as plaintext; erasing it again removes the rows.
+        never as plaintext; the next open of the store, or erasing it again,
+        removes the rows.
         """
         eraser = getattr(self.inner, "erase", None)
         if eraser is None:
             raise StoreError(f"{type(self.inner).__name__} does not support erasure")
-        await self.forget(session_id)
-        sealed: list[StoredEvent] = []
         if keep:
+            await self.forget(session_id)
             aead = await self._key_for_writing(session_id)
             store_id = self._ring()[0].store_id
             sealed = [self._seal(aead, store_id, ev) for ev in keep]
-        return await eraser(session_id, sealed)
+            return await eraser(session_id, sealed)
+        ring, _ = self._ring()
+        self._drop(session_id)
+        await ring.begin_erasure(session_id)
+        try:
+            done = await eraser(session_id, [])
+        except UnknownSession:
+            await ring.end_erasure(session_id)  # there were no rows: nothing changed
+            raise
+        await ring.end_erasure(session_id)
+        return done
+
+    async def finish_erasures(self) -> list[str]:
+        """Finish the erasures a killed process began: each session the key
+        ring records as being erased (its key already destroyed) has its rows
+        removed by the inner store's ``erase``, then its record dropped. An
+        erasure that fails again is logged (``erasure_unfinished``) and left
+        for the next open. :func:`~turnledger.adapters.stores.open_store`
+        calls this on every store it opens with keys for writing.
+
+        Returns the sessions whose erasure was finished.
+
+        Cancellation: each erasure is the inner store's (never interrupted);
+        a cancelled call leaves the remaining records for the next open.
+        """
+        ring, _ = self._ring()
+        eraser = getattr(self.inner, "erase", None)
+        finished: list[str] = []
+        for sid in await ring.pending_erasures():
+            if eraser is None:
+                break
+            try:
+                await eraser(sid, [])
+            except UnknownSession:
+                pass  # its rows went before the process was killed
+            except StoreError as exc:
+                library_logger(__name__).warning(
+                    "erasure_unfinished", session_id=sid, reason=type(exc).__name__
+                )
+                continue
+            await ring.end_erasure(sid)
+            library_logger(__name__).info("erasure_finished", session_id=sid)
+            finished.append(sid)
+        return finished
 
     async def acquire(self, session_id: str) -> None:
         """The inner store's ``acquire``.
@@ -564,20 +730,29 @@ class SealedSnapshots:
         return orjson.dumps(["snapshot", ring.store_id, snap.session_id, snap.version, snap.schema])
 
     async def save(self, snapshot: Any) -> None:
-        """Seal the body, then the inner store's ``save``.
+        """Seal the body (and the older part, apart), then the inner store's ``save``.
 
         Cancellation: as the inner store's ``save``.
         """
         aead = await self.store._key_for_writing(snapshot.session_id)
+        ad = self._ad(snapshot)
         nonce = os.urandom(_NONCE)
-        body = nonce + aead.encrypt(nonce, snapshot.body, self._ad(snapshot))
+        body = nonce + aead.encrypt(nonce, snapshot.body, ad)
+        older = b""
+        if snapshot.older:
+            nonce = os.urandom(_NONCE)
+            older = nonce + aead.encrypt(nonce, snapshot.older, ad + b"older")
         await self.inner.save(
-            attrs.evolve(snapshot, body=body, checksum=hashlib.sha256(body).hexdigest())
+            attrs.evolve(
+                snapshot, body=body, checksum=hashlib.sha256(body).hexdigest(), older=older
+            )
         )
 
     async def latest(self, session_id: str) -> Any:
         """The inner store's latest, opened; one that does not open comes
-        back with an empty body, so loading it reports it damaged.
+        back with an empty body, so loading it reports it damaged. Its
+        older part is opened when it is read; one that does not open reads
+        as gone.
 
         Cancellation: as the inner store's.
         """
@@ -586,13 +761,32 @@ class SealedSnapshots:
             return None
         await self.store._load([session_id])
         aead = self.store._aeads.get(session_id)
+        ad = self._ad(snap)
         try:
             if aead is None or hashlib.sha256(snap.body).hexdigest() != snap.checksum:
                 raise ValueError("no key, or damaged")
-            body = aead.decrypt(snap.body[:_NONCE], snap.body[_NONCE:], self._ad(snap))
+            body = aead.decrypt(snap.body[:_NONCE], snap.body[_NONCE:], ad)
         except (InvalidTag, ValueError):
             return attrs.evolve(snap, body=b"", checksum="does not open")
-        return attrs.evolve(snap, body=body, checksum=hashlib.sha256(body).hexdigest())
+        sealed_older, load = snap.older, snap.load_older
+
+        def older() -> bytes | None:
+            raw = sealed_older or (load() if load is not None else None)
+            if not raw:
+                return None
+            try:
+                opened: bytes = aead.decrypt(raw[:_NONCE], raw[_NONCE:], ad + b"older")
+            except (InvalidTag, ValueError):
+                return None
+            return opened
+
+        return attrs.evolve(
+            snap,
+            body=body,
+            checksum=hashlib.sha256(body).hexdigest(),
+            older=b"",
+            load_older=older,
+        )
 
     async def drop(self, session_id: str) -> None:
         """The inner store's ``drop``. Cancellation: as the inner store's."""

@@ -71,7 +71,9 @@ async def open_store(
     sealed; the data keys live in ``keyring`` (a SQLite file path or a
     PostgreSQL DSN; default :func:`default_keyring`). Without ``keys``, a
     store whose key ring file exists opens *locked*: sessions are listed,
-    content is refused as encrypted.
+    content is refused as encrypted. Opened with ``keys`` for writing, it
+    first finishes any erasure a killed process began (the session's key was
+    destroyed, its rows not yet removed).
 
     Raises:
         WrongKey: the provider's current key does not open the data keys
@@ -98,6 +100,8 @@ async def open_store(
     encrypted = EncryptedStore(store, ring, keys)
     try:
         await encrypted.check_keys()
+        if not options.get("read_only", False):
+            await encrypted.finish_erasures()
     except BaseException:
         await encrypted.aclose()
         raise

@@ -3,10 +3,18 @@ events (see :mod:`turnledger.sessions._snapshot` and docs/snapshots.md).
 
 Each keeps one row per session, replaced only by a later one. The SQLite
 file uses ``secure_delete``, so a dropped snapshot's bytes are overwritten.
+
+A snapshot's older part (``Snapshot.older``) is kept in the same row, but
+``latest`` does not read it: the snapshot it returns carries a loader
+(``Snapshot.load_older``) that reads it, on the calling thread, the first
+time the session needs an older turn. The loader reads that very version:
+once a later snapshot replaced the row, it finds nothing (the session's
+actor forces the read before it saves its next snapshot).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -55,10 +63,20 @@ class MemorySnapshots:
 
 
 _COLUMNS = "session_id, version, schema, checksum, anchor_tag, anchor_at, body"
+_SAVED = _COLUMNS + ", older"
 
 
-def _row(r: Any) -> Snapshot:
-    return Snapshot(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]))
+def _row(r: Any, load_older: Callable[[str, int], bytes | None]) -> Snapshot:
+    return Snapshot(
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        r[5],
+        bytes(r[6]),
+        load_older=functools.partial(load_older, r[0], r[1]),
+    )
 
 
 class _Threaded:
@@ -104,8 +122,12 @@ class SQLiteSnapshots(_Threaded):
                 conn.execute(
                     "CREATE TABLE IF NOT EXISTS snapshots(session_id TEXT PRIMARY KEY,"
                     " version INTEGER NOT NULL, schema INTEGER NOT NULL, checksum TEXT NOT NULL,"
-                    " anchor_tag TEXT NOT NULL, anchor_at REAL NOT NULL, body BLOB NOT NULL)"
+                    " anchor_tag TEXT NOT NULL, anchor_at REAL NOT NULL, body BLOB NOT NULL,"
+                    " older BLOB NOT NULL DEFAULT x'')"
                 )
+                columns = {r[1] for r in conn.execute("PRAGMA table_info(snapshots)")}
+                if "older" not in columns:  # a file from before snapshots had two parts
+                    conn.execute("ALTER TABLE snapshots ADD COLUMN older BLOB NOT NULL DEFAULT x''")
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"cannot open snapshots {os.fspath(p)!r}: {exc}") from exc
             return cls(conn, p)
@@ -121,12 +143,16 @@ class SQLiteSnapshots(_Threaded):
 
         def run() -> None:
             self._conn.execute(
-                f"INSERT INTO snapshots({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO snapshots({_SAVED}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(session_id) DO UPDATE SET version=excluded.version,"
                 " schema=excluded.schema, checksum=excluded.checksum,"
                 " anchor_tag=excluded.anchor_tag, anchor_at=excluded.anchor_at,"
-                " body=excluded.body WHERE excluded.version >= snapshots.version",
-                (s.session_id, s.version, s.schema, s.checksum, s.anchor_tag, s.anchor_at, s.body),
+                " body=excluded.body, older=excluded.older"
+                " WHERE excluded.version >= snapshots.version",
+                (
+                    *(s.session_id, s.version, s.schema, s.checksum),
+                    *(s.anchor_tag, s.anchor_at, s.body, s.older),
+                ),
             )
 
         await self._run(run)
@@ -138,9 +164,22 @@ class SQLiteSnapshots(_Threaded):
             r = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM snapshots WHERE session_id=?", (session_id,)
             ).fetchone()
-            return None if r is None else _row(r)
+            return None if r is None else _row(r, self._older_now)
 
         return await self._run(run)
+
+    def _older_now(self, session_id: str, version: int) -> bytes | None:
+        """The older part of that snapshot, read on the calling thread
+        (``None``: replaced, dropped, or the file is closed)."""
+        try:
+            with self._lock:
+                r = self._conn.execute(
+                    "SELECT older FROM snapshots WHERE session_id=? AND version=?",
+                    (session_id, version),
+                ).fetchone()
+        except sqlite3.Error:
+            return None
+        return None if r is None else bytes(r[0])
 
     async def drop(self, session_id: str) -> None:
         """Remove the session's snapshot.
@@ -201,6 +240,11 @@ class PostgresSnapshots(_Threaded):
                     " body bytea NOT NULL)"
                 ).format(name)
             )
+            conn.execute(
+                sql.SQL(
+                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS older bytea NOT NULL DEFAULT ''"
+                ).format(name)
+            )
             return cls(conn, name.as_string(conn))
 
         return await trio.to_thread.run_sync(run)
@@ -214,12 +258,16 @@ class PostgresSnapshots(_Threaded):
 
         def run() -> None:
             self._conn.execute(
-                f"INSERT INTO {t} ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                f"INSERT INTO {t} ({_SAVED}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (session_id) DO UPDATE SET version = excluded.version,"
                 " schema = excluded.schema, checksum = excluded.checksum,"
                 " anchor_tag = excluded.anchor_tag, anchor_at = excluded.anchor_at,"
-                f" body = excluded.body WHERE excluded.version >= {t}.version",
-                (s.session_id, s.version, s.schema, s.checksum, s.anchor_tag, s.anchor_at, s.body),
+                " body = excluded.body, older = excluded.older"
+                f" WHERE excluded.version >= {t}.version",
+                (
+                    *(s.session_id, s.version, s.schema, s.checksum),
+                    *(s.anchor_tag, s.anchor_at, s.body, s.older),
+                ),
             )
 
         await self._run(run)
@@ -231,9 +279,24 @@ class PostgresSnapshots(_Threaded):
             r = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM {self._table} WHERE session_id = %s", (session_id,)
             ).fetchone()
-            return None if r is None else _row(r)
+            return None if r is None else _row(r, self._older_now)
 
         return await self._run(run)
+
+    def _older_now(self, session_id: str, version: int) -> bytes | None:
+        """The older part of that snapshot, read on the calling thread
+        (``None``: replaced, dropped, or the connection is closed)."""
+        import psycopg
+
+        try:
+            with self._lock:
+                r = self._conn.execute(
+                    f"SELECT older FROM {self._table} WHERE session_id = %s AND version = %s",
+                    (session_id, version),
+                ).fetchone()
+        except psycopg.Error:
+            return None
+        return None if r is None else bytes(r[0])
 
     async def drop(self, session_id: str) -> None:
         """Remove the session's snapshot.
