@@ -278,7 +278,6 @@ def _compact_rows(log: list[Event]) -> list[Row]:
 def test_the_fast_fold_is_replay_over_the_stores_compact_rows(
     start: Start, budget: int | None, script: list[Message]
 ) -> None:
-    # The stores' compact form takes the StreamStarted shortcut (no parse).
     log = _play(start, budget, script)
     rows = _compact_rows(log)
     for n in range(len(rows) + 1):
@@ -288,8 +287,8 @@ def test_the_fast_fold_is_replay_over_the_stores_compact_rows(
 @pytest.mark.parametrize(
     "text",
     [
-        b'{"request_id":"r1"}',  # the shortcut: the id taken from the bytes
-        b'{"request_id":"r2"}',  # the shortcut, for another request: refused
+        b'{"request_id":"r1"}',
+        b'{"request_id":"r2"}',  # for another request: refused
         b'{"request_id":"R1"}',
         b'{"request_id":"r\\u0031"}',  # an escape: parsed
         b'{"request_id":"r1" }',

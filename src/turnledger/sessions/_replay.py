@@ -72,9 +72,6 @@ _FAST_TAGS: Final = {
     "stream_started": (1, _STARTED),
     "turn_committed": (1, _COMMITTED),
 }
-#: How the codec writes a StreamStarted payload, up to its request id.
-_STARTED_HEAD: Final = b'{"request_id":"'
-_STARTED_AT: Final = len(_STARTED_HEAD)
 _USAGE_KEYS: Final = ("prompt_tokens", "completion_tokens", "total_tokens")
 _NO_USAGE: Final = object()  # a key absent (None is a value)
 
@@ -230,24 +227,8 @@ class StateDecoder:
         for row in rows:
             entry = fast.get(row[1])
             if entry is not None and entry[0] == row[2]:
-                text = row[3]
-                if (
-                    entry[1] == _STARTED
-                    and type(text) is bytes
-                    and text.startswith(_STARTED_HEAD)
-                    and text.endswith(b'"}')
-                ):
-                    # {"request_id":"<id>"} as the codec writes it, the id
-                    # ASCII letters and digits (a uuid's hex): no escape, no
-                    # quote, no control character, so these bytes parse to
-                    # exactly {"request_id": "<id>"}. Anything else (spaces,
-                    # escapes, other characters, more keys) is parsed below.
-                    rid_bytes = text[_STARTED_AT:-2]
-                    if rid_bytes.isalnum():  # (bytes: ASCII only, and not empty)
-                        append((_STARTED, rid_bytes.decode("ascii")))
-                        continue
                 try:
-                    p = loads(text)
+                    p = loads(row[3])
                 except ValueError:
                     p = None  # not JSON to orjson: the codec decides
                 if type(p) is dict:
