@@ -16,6 +16,9 @@ natively, it prints the CPU time of each, for a check.
 Contenders:
 
 - ``bare json``          bare ``SELECT`` + ``json.loads`` + a dict fold
+- ``bare orjson``        the same with ``orjson.loads``
+- ``typed bulk``         ``read_decoded_many`` with the codec: typed events,
+                         folded by ``stores.pairs_fold``
 - ``bulk+fold``          ``replay_sessions`` in slices of 100
 - ``bulk+fold before``   the same with ``sessions/_replay.py`` of another
                          checkout (``--before``): before/after in one process
@@ -41,6 +44,7 @@ from typing import Any
 sys.path.insert(0, "src")
 sys.path.insert(0, str(Path(__file__).parent))
 
+import orjson
 import trio
 
 import stores
@@ -65,6 +69,15 @@ async def _bulk(module: Any, path: Path, sids: list[str]) -> None:
     try:
         for i in range(0, len(sids), 100):
             await module.replay_sessions(store, sids[i : i + 100])
+    finally:
+        await store.aclose()
+
+
+async def _typed(path: Path, sids: list[str]) -> None:
+    store = await SQLiteStore.open(path)
+    try:
+        for i in range(0, len(sids), 100):
+            await store.read_decoded_many(sids[i : i + 100], DEFAULT_CODEC, stores.pairs_fold)
     finally:
         await store.aclose()
 
@@ -94,6 +107,8 @@ def main() -> None:
         trio.run(stores._fill, one, one_sids, 1)
         contenders: dict[str, Callable[[], Any]] = {
             "bare json": lambda: stores.bare_replay(path, sids),
+            "bare orjson": lambda: stores.bare_replay(path, sids, orjson.loads),
+            "typed bulk": lambda: trio.run(_typed, path, sids),
             "bulk+fold": lambda: trio.run(_bulk, _replay, path, sids),
         }
         if args.before:
@@ -113,7 +128,7 @@ def main() -> None:
     events = len(sids) * 91
     print("callgrind parts, from .2 on, in this order (per: divide the part's totals by it):")
     for name, seconds in cpu.items():
-        per, unit = (events, "event") if "bulk" in name or "bare" in name else (1000, "session")
+        per, unit = (1000, "session") if name.startswith("recover") else (events, "event")
         print(f"  {name:20s} per {per:,} {unit}s   (CPU here {seconds / per * 1e6:7.2f} µs/{unit})")
 
 
