@@ -15,6 +15,16 @@ provider, MemoryStore, logs filtered) and prints, per turn:
   whichever function allocated), so the GC figure above is the one to read
   for it.
 
+- with ``--gc-detail``: what the cyclic GC walks (collections per 1,000
+  turns by generation, the tracked objects alive in a generation when it is
+  collected, by type, per turn), and CPU per turn under the collector
+  settings an application may choose (default, ``gc.freeze()`` after
+  warm-up, a first threshold of 10,000, the collector off), interleaved;
+- with ``--only-work hub|pure --runs N``: nothing but that work, ``N``
+  times, for an instruction count under valgrind (see ``profile_turn.md``:
+  the difference between ``N = 3`` and ``N = 1`` is two runs' instructions,
+  whatever the machine's load).
+
 cProfile slows Python calls down unevenly; its shares are a map, the CPU
 figures above it are the measure. ``benchmarks/profile_turn.md`` keeps the
 summary of the last run that mattered, so the next change starts from it.
@@ -128,15 +138,132 @@ def profile_areas(sessions: int, turns: int) -> list[tuple[str, float]]:
     return [(area, seconds / total) for area, seconds in ranked]
 
 
+class YoungObjects:
+    """Tracked objects alive in each generation as it is collected, by type
+    (while installed; ``gc.get_objects`` is slow, so only for this report)."""
+
+    def __init__(self) -> None:
+        self.sizes: collections.defaultdict[int, list[int]] = collections.defaultdict(list)
+        self.types: collections.Counter[str] = collections.Counter()
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase != "start":
+            return
+        generation = info["generation"]
+        objects = gc.get_objects(generation)
+        self.sizes[generation].append(len(objects))
+        if generation == 0:
+            self.types.update(type(o).__qualname__ for o in objects)
+
+
+def young_objects(sessions: int, turns: int) -> tuple[YoungObjects, list[int]]:
+    """What the collector finds alive during ``sessions`` x ``turns`` turns
+    (after a warm-up of 2 turns each), and its collections by generation."""
+    young = YoungObjects()
+
+    async def main() -> list[int]:
+        async with open_hub(MemoryStore(), ScriptedProvider.instant(), model="m") as hub:
+            for i in range(sessions):
+                await hub.open_session(f"s{i}")
+
+            async def caller(sid: str, n: int) -> None:
+                for t in range(n):
+                    await (await hub.submit(sid, f"question {t}")).outcome()
+
+            async with trio.open_nursery() as nursery:
+                for i in range(sessions):
+                    nursery.start_soon(caller, f"s{i}", 2)
+            gc.collect()
+            before = [g["collections"] for g in gc.get_stats()]
+            gc.callbacks.append(young)
+            try:
+                async with trio.open_nursery() as nursery:
+                    for i in range(sessions):
+                        nursery.start_soon(caller, f"s{i}", turns)
+            finally:
+                gc.callbacks.remove(young)
+            return [g["collections"] - b for g, b in zip(gc.get_stats(), before, strict=True)]
+
+    return young, trio.run(main)
+
+
+def _cpu_under(setting: str, sessions: int, turns: int) -> float:
+    """CPU seconds per turn with the collector as an application may set it."""
+    threshold = gc.get_threshold()
+    try:
+        if setting == "gc.freeze() after warm-up":
+            gc.collect()
+            gc.freeze()
+        elif setting == "first threshold 10,000":
+            gc.set_threshold(10_000, threshold[1], threshold[2])
+        elif setting == "collector off":
+            gc.disable()
+        return actors.hub_turns(sessions, turns)[1] / (sessions * turns)
+    finally:
+        gc.enable()
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
+def gc_detail(sessions: int, turns: int, runs: int) -> None:
+    total = sessions * turns
+    young, collections_ = young_objects(sessions, turns)
+    print("\ncyclic GC: collections per 1,000 turns (generation 0 / 1 / 2):", end=" ")
+    print(" / ".join(f"{n * 1000 / total:.1f}" for n in collections_))
+    for generation, sizes in sorted(young.sizes.items()):
+        print(
+            f"  tracked objects alive when generation {generation} is collected:"
+            f" median {statistics.median(sizes):,.0f}"
+        )
+    n0 = len(young.sizes.get(0, ())) or 1
+    per_collection = sum(young.types.values()) / n0
+    print(f"  generation 0, by type, per collection ({per_collection:.0f} objects):")
+    for name, n in young.types.most_common(12):
+        print(f"    {n / n0:7.1f}  {name}")
+
+    settings = (
+        "default",
+        "gc.freeze() after warm-up",
+        "first threshold 10,000",
+        "collector off",
+    )
+    cpu: dict[str, list[float]] = {s: [] for s in settings}
+    pure: list[float] = []
+    for _ in range(runs):  # interleaved: the machine's load hits each alike
+        pure.append(actors.pure_turns(20_000, Window(8)) / 20_000)
+        for setting in settings:
+            cpu[setting].append(_cpu_under(setting, sessions, turns))
+    base = statistics.median(pure)
+    print(f"\nCPU per turn by collector setting (the application's choice), medians of {runs}:")
+    print(f"  {'decide/evolve alone':28} {base * 1e6:6.1f} us")
+    for setting in settings:
+        med = statistics.median(cpu[setting])
+        print(f"  {setting:28} {med * 1e6:6.1f} us   ratio {med / base:4.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--gc-detail", action="store_true", help="what the cyclic GC walks")
+    parser.add_argument(
+        "--only-work", choices=["hub", "pure"], help="only run the work (for valgrind)"
+    )
     args = parser.parse_args()
     sessions, turns, runs = args.sessions, args.turns, args.runs
     total = sessions * turns
     actors.quiet_logs()
+    if args.only_work is not None:
+        for _ in range(runs):
+            if args.only_work == "hub":
+                actors.hub_turns(sessions, turns)
+            else:
+                actors.pure_turns(total, Window(8))
+        return
+    if args.gc_detail:
+        gc_detail(sessions, turns, runs)
+        return
     print(f"a hub turn -- Python {sys.version.split()[0]}, trio {trio.__version__}")
     print(f"{sessions} sessions x {turns} turns, instant provider, MemoryStore,", end=" ")
     print(f"medians of {runs}\n")

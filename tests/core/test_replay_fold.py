@@ -19,6 +19,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from turnledger import CodecError, ReplayError
+from turnledger.adapters.stores._payloads import dumps_payload
 from turnledger.events import (
     DEFAULT_CODEC,
     Event,
@@ -34,7 +35,13 @@ from turnledger.events import (
 )
 from turnledger.sessions import Budget, Message, Start, is_in_flight, replay
 from turnledger.sessions import Committed as Committed_
-from turnledger.sessions._replay import StateDecoder, fold_items
+from turnledger.sessions._history import Ending, Turn
+from turnledger.sessions._replay import (
+    StateDecoder,
+    _committed_ending,
+    _committed_turn,
+    fold_items,
+)
 
 from ._given import Session
 from .test_properties import CUR, IDS, NEW, budgets, scripts, starts
@@ -255,6 +262,75 @@ def _payload_rows(tag: str, version: int, payload: Any) -> list[Row]:
 def test_payloads_the_tuples_decline_are_the_codecs(tag: str, version: int, payload: Any) -> None:
     rows = _payload_rows(tag, version, payload)
     assert fast(rows) == reference(rows)
+
+
+def _compact_rows(log: list[Event]) -> list[Row]:
+    """Rows as the durable stores write them (compact JSON, UTF-8)."""
+    out = []
+    for seq, ev in enumerate(log, 1):
+        tag, version, payload = DEFAULT_CODEC.to_payload(ev)
+        out.append((seq, tag, version, dumps_payload(payload).encode()))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@hgiven(start=starts, budget=budgets, script=scripts)
+def test_the_fast_fold_is_replay_over_the_stores_compact_rows(
+    start: Start, budget: int | None, script: list[Message]
+) -> None:
+    log = _play(start, budget, script)
+    rows = _compact_rows(log)
+    for n in range(len(rows) + 1):
+        assert fast(rows[:n]) == replay(log[:n])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"request_id":"r1"}',
+        b'{"request_id":"r2"}',  # for another request: refused
+        b'{"request_id":"R1"}',
+        b'{"request_id":"r\\u0031"}',  # an escape: parsed
+        b'{"request_id":"r1" }',
+        b'{ "request_id":"r1"}',
+        b'{"request_id":"r1","x":1}',
+        b'{"request_id":"r1"}{"request_id":"r1"}',
+        b'{"request_id":""}',
+        b'{"request_id":"r-1"}',
+        b'{"request_id":"r1\\""}',
+        b'{"request_id":"\xc3\xa9"}',
+        b'{"request_id":"r1\x00"}',
+        b'{"request_id":"\xff"}',
+        b'{"request_id":"r1"}\n',
+        b'{"request_id":1}',
+    ],
+)
+def test_a_started_row_is_read_as_the_codec_reads_it(text: bytes) -> None:
+    rows = [*_compact_rows([_started(), *_turn("r0"), _ev("sub", "r1")])]
+    rows.append((len(rows) + 1, "stream_started", 1, text))
+    rows += [(len(rows) + 1 + i, *row[1:]) for i, row in enumerate(_compact_rows([_ev("x", "r1")]))]
+    assert fast(rows) == reference(rows)
+    assert fast(rows[:-1]) == reference(rows[:-1])
+
+
+def test_turns_and_endings_built_through_their_slots_are_their_classes_own() -> None:
+    # The fold builds Turn and Ending through their slots: right only while
+    # their __init__ does nothing more than store the fields.
+    for cls in (Turn, Ending):
+        for field in attrs.fields(cls):
+            assert field.validator is None and field.converter is None, field.name
+            assert field.on_setattr in (None, attrs.setters.NO_OP), field.name
+        assert not hasattr(cls, "__attrs_post_init__")
+        assert not hasattr(cls, "__attrs_pre_init__")
+    turn = _committed_turn(RequestId("r"), "q", "a", ())
+    assert turn == Turn(RequestId("r"), "q", "a") and hash(turn) == hash(
+        Turn(RequestId("r"), "q", "a")
+    )
+    assert repr(turn) == repr(Turn(RequestId("r"), "q", "a"))
+    ending = _committed_ending("a")
+    assert ending == Ending("committed", "", "", "a")
+    assert [f.name for f in attrs.fields(Turn)] == ["request_id", "question", "answer", "rounds"]
+    assert [f.name for f in attrs.fields(Ending)] == ["kind", "reason", "detail", "answer"]
 
 
 def test_old_session_started_is_upcast_and_folded() -> None:

@@ -18,7 +18,8 @@ import trio
 from .._errors import ReplayError
 from ..events import DEFAULT_CODEC, EventStore
 from ..sessions._forks import replay_stored
-from ..sessions._machine import SessionState, replay
+from ..sessions._machine import SessionState
+from ..sessions._replay import StateDecoder, fold_items
 from ..sessions._snapshot import (
     Snapshot,
     SnapshotInvalid,
@@ -33,6 +34,8 @@ __all__ = ["recover_state", "write_snapshot"]
 #: 10,000-turn session's head is about 250 kB: about 2 ms of work, less than a
 #: worker thread's round trip on a busy machine).
 _THREAD_BYTES: Final = 1024 * 1024
+#: Rows to fold_items() items (pure, shared: it keeps no state between reads).
+_DECODER: Final = StateDecoder(DEFAULT_CODEC)
 
 
 def _on_damage(snapshots: SnapshotStore, snap: Snapshot, log: Any) -> Any:
@@ -84,7 +87,7 @@ async def _from_snapshot(
             "the snapshot was taken after (the session was erased or rewritten)"
         )
     try:
-        return replay((DEFAULT_CODEC.decode(ev) for ev in tail[1:]), state)
+        return fold_items([_DECODER.decode(ev) for ev in tail[1:]], state)
     except ReplayError as exc:
         raise SnapshotInvalid(f"the events after it do not follow it: {exc}") from exc
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final, TypeAlias
 
+import attrs
+
 from ..events import (
     DEFAULT_CODEC,
     BranchId,
@@ -74,6 +76,40 @@ _FAST_TAGS: Final = {
 }
 _USAGE_KEYS: Final = ("prompt_tokens", "completion_tokens", "total_tokens")
 _NO_USAGE: Final = object()  # a key absent (None is a value)
+
+
+def _slot_setters(cls: type[Any]) -> tuple[Any, ...]:
+    # The slot of each field, in order. Turn and Ending have no validator,
+    # converter, default factory or __attrs_post_init__
+    # (tests/core/test_replay_fold.py checks), so storing the values through
+    # the slots builds the same object as their __init__, without its
+    # object.__setattr__ per field (a frozen class's way in).
+    return tuple(cls.__dict__[f.name].__set__ for f in attrs.fields(cls))
+
+
+_turn_request_id, _turn_question, _turn_answer, _turn_rounds = _slot_setters(Turn)
+_ending_kind, _ending_reason, _ending_detail, _ending_answer = _slot_setters(Ending)
+_new = object.__new__
+
+
+def _committed_turn(rid: Any, question: str, answer: str, rounds: tuple[Any, ...]) -> Turn:
+    """``Turn(rid, question, answer, rounds)``, through its slots."""
+    turn: Turn = _new(Turn)
+    _turn_request_id(turn, rid)
+    _turn_question(turn, question)
+    _turn_answer(turn, answer)
+    _turn_rounds(turn, rounds)
+    return turn
+
+
+def _committed_ending(answer: str) -> Ending:
+    """``Ending("committed", "", "", answer)``, through its slots."""
+    ending: Ending = _new(Ending)
+    _ending_kind(ending, "committed")
+    _ending_reason(ending, "")
+    _ending_detail(ending, "")
+    _ending_answer(ending, answer)
+    return ending
 
 
 def _phases_where(event: type[Any], target: type[Any]) -> frozenset[type[Any]]:
@@ -317,10 +353,10 @@ def fold_items(items: Iterable[Item], state: SessionState | None = None) -> Sess
                     n = len(turns) + len(new_turns)
                     answer = item[2]
                     rid: Any = current
-                    new_turns.append(Turn(rid, question, answer, rounds))
+                    new_turns.append(_committed_turn(rid, question, answer, rounds))
                     if window:
                         context_start = max(n - turns_sent, n + 1 - window)
-                    new_endings.append((rid, Ending("committed", "", "", answer)))
+                    new_endings.append((rid, _committed_ending(answer)))
                     new_ids.add(rid)
                     u = item[4]
                     if u is not None and est:
