@@ -74,9 +74,15 @@ def main() -> int:
     t0 = time.monotonic()
     reported = lost = torn = unrecovered = in_flight = failed = done = 0
     url = ""
-    # SIGTERM (or Ctrl-C) ends the campaign early, with the totals so far.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGTERM ends the campaign after the trial under way, with the totals so
+    # far (an interrupt raised inside that trial's event loop could land in
+    # the middle of trio's own bookkeeping); Ctrl-C ends it at once.
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
     for i in range(args.trials):
+        if stop:
+            print(f"stopped after {done} trials (SIGTERM)", flush=True)
+            break
         try:
             if i % args.fresh_every == 0:
                 n = i // args.fresh_every
@@ -116,7 +122,8 @@ def main() -> int:
     verdict = "ok" if not failed else f"FAILED in {failed} trials"
     print(
         f"{verdict}: {args.store}, {done} trials, {reported} commits reported, "
-        f"{lost} lost, {torn} torn, {unrecovered} not recovered{where}"
+        f"{lost} lost, {torn} torn, {in_flight} in flight at the kill, "
+        f"{unrecovered} not recovered{where}"
     )
     return 1 if failed else 0
 
