@@ -4,11 +4,10 @@ stream, reattach to another node with Last-Event-ID, sometimes cancel through
 a third node, while one node is SIGKILLed; then every outcome is read back
 from every surviving node, from the store, and from a replay.
 
-The three-node runs need nodes that hand questions to a session's owner and
-stream turns running elsewhere (issue 28, parts A and B): until both are
-merged ``MULTI_NODE`` is False and they are strict xfails (a pass fails the
-suite, so the flag cannot stay False once they work). The one-node runs check
-the same things on what works today.
+The three-node runs use nodes that hand questions to a session's owner and
+stream turns running elsewhere (issue 28, parts A and B); the one-node runs
+check the same things on one process. ``MULTI_NODE`` False turns the
+three-node runs back into strict xfails (a pass fails the suite).
 """
 
 from __future__ import annotations
@@ -41,12 +40,17 @@ from .conftest import CLIENTS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.loopback, pytest.mark.slow]
 
-#: Flip to True once cluster-core (A) and cluster-stream (B) are merged.
-MULTI_NODE = False
+#: The three-node runs are on (cluster-core and cluster-stream are merged).
+MULTI_NODE = True
 
-#: Deltas per turn and the model's pause between them (s).
-DELTAS, PAUSE = 10, 0.25
+#: Deltas per turn and the model's pause between them (s): turns of about
+#: 8 s, so that a client that leaves after at most half the deltas comes
+#: back (to another node, on a loaded machine) while the turn still streams.
+DELTAS, PAUSE = 20, 0.4
 TURNS = 2
+#: The nodes' lease (s): a SIGKILLed node's sessions are taken over within
+#: it (the default, 10 s, would make every interrupted turn wait that long).
+LEASE = "5"
 
 ClusterOf = Callable[..., AbstractContextManager[Cluster]]
 
@@ -59,7 +63,7 @@ def _plans(clients: int, rng: random.Random) -> list[list[TurnPlan]]:
             rid = f"c{c}-t{t}"
             cancel = rng.randint(1, 3) if rng.random() < 0.2 else None
             question = f"slow {DELTAS} {PAUSE} {rid}"
-            mine.append(TurnPlan(f"c{c}", rid, question, rng.randint(1, DELTAS - 4), cancel))
+            mine.append(TurnPlan(f"c{c}", rid, question, rng.randint(1, DELTAS // 2), cancel))
         plans.append(mine)
     return plans
 
@@ -240,7 +244,8 @@ async def _cluster_run(
 ) -> dict[str, Any]:
     rng = random.Random(f"cluster-{nodes}-{nginx}-{clients}")
     plans = _plans(clients, rng)
-    with cluster_of(nodes, nginx=nginx) as cluster:
+    node_args = ("--lease", LEASE) if nodes > 1 else ()
+    with cluster_of(nodes, nginx=nginx, node_args=node_args) as cluster:
         if cluster.nginx is not None:
             proxy = cluster.nginx.url
             urls: Callable[[], Sequence[str]] = lambda: [proxy]  # noqa: E731
@@ -249,10 +254,10 @@ async def _cluster_run(
         records, killed = await _run(cluster, plans, urls, rng, kill=kill, deadline=deadline)
         assert bool(killed) == kill
         report = await _check(cluster, records, killed=kill, clients=clients)
+    print(report)
     # Reattaches happened, most of them to turns still streaming.
     assert report["reattached"] > clients // 2, report
     assert report["resumed_mid_stream"] > clients // 2, report
-    print(report)
     return report
 
 
