@@ -48,9 +48,6 @@ MULTI_NODE = True
 #: back (to another node, on a loaded machine) while the turn still streams.
 DELTAS, PAUSE = 20, 0.4
 TURNS = 2
-#: The nodes' lease (s): a SIGKILLed node's sessions are taken over within
-#: it (the default, 10 s, would make every interrupted turn wait that long).
-LEASE = "5"
 
 ClusterOf = Callable[..., AbstractContextManager[Cluster]]
 
@@ -244,8 +241,7 @@ async def _cluster_run(
 ) -> dict[str, Any]:
     rng = random.Random(f"cluster-{nodes}-{nginx}-{clients}")
     plans = _plans(clients, rng)
-    node_args = ("--lease", LEASE) if nodes > 1 else ()
-    with cluster_of(nodes, nginx=nginx, node_args=node_args) as cluster:
+    with cluster_of(nodes, nginx=nginx) as cluster:
         if cluster.nginx is not None:
             proxy = cluster.nginx.url
             urls: Callable[[], Sequence[str]] = lambda: [proxy]  # noqa: E731
