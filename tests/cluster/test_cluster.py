@@ -5,9 +5,8 @@ a third node, while one node is SIGKILLed; then every outcome is read back
 from every surviving node, from the store, and from a replay.
 
 The three-node runs use nodes that hand questions to a session's owner and
-stream turns running elsewhere (issue 28, parts A and B); the one-node runs
-check the same things on one process. ``MULTI_NODE`` False turns the
-three-node runs back into strict xfails (a pass fails the suite).
+stream turns running elsewhere; the one-node runs check the same things on
+one process.
 """
 
 from __future__ import annotations
@@ -39,9 +38,6 @@ from turnledger.testing.cluster import (
 from .conftest import CLIENTS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.loopback, pytest.mark.slow]
-
-#: The three-node runs are on (cluster-core and cluster-stream are merged).
-MULTI_NODE = True
 
 #: Deltas per turn and the model's pause between them (s): turns of about
 #: 8 s, so that a client that leaves after at most half the deltas comes
@@ -264,7 +260,7 @@ async def test_one_node_under_many_clients_streams_reattaches_and_cancels(
 ) -> None:
     if route == "nginx":
         request.getfixturevalue("nginx_binary")
-    # What works today: one node, the same clients (at most 100: one
+    # One node: the same clients (at most 100: one
     # process serves them all), checks and proxy.
     clients = min(CLIENTS, 100)
     report = await _cluster_run(
@@ -276,22 +272,15 @@ async def test_one_node_under_many_clients_streams_reattaches_and_cancels(
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("route", ["nginx", "random"])
-@pytest.mark.xfail(
-    not MULTI_NODE,
-    reason="needs issue 28 parts A and B (cluster-core, cluster-stream): flip MULTI_NODE",
-    strict=True,
-)
 async def test_three_nodes_survive_a_sigkill_under_300_clients(
     cluster_of: ClusterOf, route: str, request: pytest.FixtureRequest
 ) -> None:
     if route == "nginx":
         request.getfixturevalue("nginx_binary")
-    # Until MULTI_NODE, fewer clients and a short deadline: the xfail is quick.
-    clients = CLIENTS if MULTI_NODE else 20
+    clients = CLIENTS
     report = await _cluster_run(
-        cluster_of, 3, nginx=route == "nginx", clients=clients, kill=True,
-        deadline=120 if MULTI_NODE else 20,
-    )  # fmt: skip
+        cluster_of, 3, nginx=route == "nginx", clients=clients, kill=True, deadline=120
+    )
     assert report["owned_elsewhere"] == 0, report
     assert report["kinds"].get("discarded/interrupted", 0) > 0, report
     if route == "random":
