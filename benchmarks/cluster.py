@@ -1,7 +1,7 @@
 """Several ``turnledger serve`` nodes on one PostgreSQL; every figure is measured in this run.
 
     python benchmarks/cluster.py [--dsn DSN] [--nodes 1,2,3] [--clients N] [--turns N]
-        [--routing sticky,random,nginx] [--streams N] [--pg-only]
+        [--routing sticky,random,nginx] [--streams N,M] [--pg-only]
 
 Needs a PostgreSQL server (default ``postgresql://postgres@127.0.0.1:5432/test``,
 or ``$TURNLEDGER_TEST_PG_DSN``) and, for ``--routing nginx``, Debian's nginx.
@@ -24,6 +24,7 @@ and N serve nodes (``turnledger.testing.cluster``), and stops them after.
   turn; the server's shared processes (WAL writer, checkpointer) are not
   counted.
 - ``cross-node preview`` (2 nodes or more): ``--streams`` turns at once
+  (a list: 100 and, to show the path on a less crowded machine, 10)
   (``--cross-deltas`` deltas ``--cross-pause`` s apart), each POSTed to
   node 1 and followed at the same time on node 2 and, the baseline, once
   more on node 1 (``cluster_previews.cross_node_latency``); per delta, its
@@ -209,28 +210,31 @@ def cluster_row(
             "ttfd_p99": _pct(ttfd, 0.99),
             "db_ms_per_turn": 1000 * meter.seconds / max(1, len(records)),
         }
-        if cross and nodes >= 2 and args.streams:
-            row["cross"] = _cross_row(cluster, args)
+        if cross and nodes >= 2:
+            row["cross"] = [
+                _cross_row(cluster, args, int(n)) for n in args.streams.split(",") if int(n)
+            ]
     return row
 
 
-def _cross_row(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
+def _cross_row(cluster: Cluster, args: argparse.Namespace, streams: int) -> dict[str, Any]:
     """``cross_node_latency`` on this cluster's first two nodes (turns run
     on node 1, followed on node 2 and once more on node 1), after a warm-up,
     with the CPU each node and the database's backends spent per delta."""
     owner, other = cluster.nodes[0], cluster.nodes[1]
     d, g = args.cross_deltas, args.cross_pause
-    trio.run(cross_node_latency, owner.url, other.url, 2, "slow 3 0.01 warm", "warm")
+    trio.run(cross_node_latency, owner.url, other.url, 2, "slow 3 0.01 warm", f"warm{streams}")
     pids = [owner.proc.pid, other.proc.pid]
     before = [_cpu_of(pid) or 0.0 for pid in pids]
     load = os.getloadavg()[0]
     with BackendMeter(args.dsn, pids) as meter:
         cross, same, committed = trio.run(
-            cross_node_latency, owner.url, other.url, args.streams, f"slow {d} {g} x", "x"
+            cross_node_latency, owner.url, other.url, streams, f"slow {d} {g} x", f"x{streams}"
         )
     cpu = [(_cpu_of(pid) or 0.0) - b for pid, b in zip(pids, before, strict=True)]
-    deltas = args.streams * d
+    deltas = streams * d
     return {
+        "streams": streams,
         "cross": cross,
         "same": same,
         "committed": committed,
@@ -312,7 +316,7 @@ def main() -> None:
     p.add_argument("--deltas", type=int, default=10)
     p.add_argument("--pause", type=float, default=0.02)
     p.add_argument("--routing", default="sticky,random", help="sticky, random, nginx: a list")
-    p.add_argument("--streams", type=int, default=100)
+    p.add_argument("--streams", default="100,10", help="cross-node: streams at once, a list")
     p.add_argument("--cross-deltas", type=int, default=40)
     p.add_argument("--cross-pause", type=float, default=0.05)
     p.add_argument("--notifies", type=int, default=20_000)
@@ -351,11 +355,12 @@ def main() -> None:
                   f" {row['db_ms_per_turn']:>10.2f} {ok:>10}")  # fmt: skip
             if "cross" in row:
                 crosses.append((n, row["cross"]))
-    for n, cross in crosses:
-        print(f"\ncross-node preview, {n} nodes: {args.streams} streams at once,"
-              f" {args.cross_deltas} deltas {args.cross_pause}s apart, load average"
-              f" {cross['load']:.1f} at its start")  # fmt: skip
-        print_cross(cross)
+    for n, runs in crosses:
+        for cross in runs:
+            print(f"\ncross-node preview, {n} nodes: {cross['streams']} streams at once,"
+                  f" {args.cross_deltas} deltas {args.cross_pause}s apart, load average"
+                  f" {cross['load']:.1f} at its start")  # fmt: skip
+            print_cross(cross)
     print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
 
 
