@@ -1,7 +1,7 @@
 """Several ``turnledger serve`` nodes on one PostgreSQL; every figure is measured in this run.
 
     python benchmarks/cluster.py [--dsn DSN] [--nodes 1,2,3] [--clients N] [--turns N]
-        [--routing sticky|random|nginx] [--streams N] [--pg-only]
+        [--routing sticky,random,nginx] [--streams N,M] [--pg-only]
 
 Needs a PostgreSQL server (default ``postgresql://postgres@127.0.0.1:5432/test``,
 or ``$TURNLEDGER_TEST_PG_DSN``) and, for ``--routing nginx``, Debian's nginx.
@@ -12,21 +12,24 @@ and N serve nodes (``turnledger.testing.cluster``), and stops them after.
   questions of its own session one after the other, each answered in
   ``--deltas`` deltas ``--pause`` s apart; wall time from the first POST to
   the last outcome. ``ratio`` is against the 1-node row of the same run.
-  Routing: ``sticky`` sends client i to node i mod N (a session stays on
-  the node that owns it: works without hand-over between nodes); ``random``
-  picks a node per call, ``nginx`` goes through nginx round robin (both
-  need nodes that hand questions to a session's owner, issue 28 part A).
+  Routing (``--routing``, a comma-separated list, one table each; default
+  ``sticky,random``): ``sticky`` sends client i to node i mod N (a session
+  stays on the node that owns it: no hand-over); ``random`` picks a node per
+  call and ``nginx`` goes through nginx round robin (a question reaching a
+  node that does not own its session is handed to the owner).
 - ``ttfd p50/p99``: time to first delta, from sending the POST to the
   first ``delta`` event.
 - ``db ms/turn``: CPU of the PostgreSQL backends the nodes connected
   (found by their ``application_name``, read from ``/proc/PID/stat``), per
   turn; the server's shared processes (WAL writer, checkpointer) are not
   counted.
-- ``cross-node preview``: ``--streams`` turns at once, each POSTed to one
-  node and followed at the same time from another with ``GET .../stream``;
-  per delta, its arrival there minus its arrival on the owner's stream;
-  p50/p99. Needs turns streamed from any node (issue 28 part B): without
-  it the row says what the other node answered.
+- ``cross-node preview`` (2 nodes or more): ``--streams`` turns at once
+  (a list: 100 and, to show the path on a less crowded machine, 10)
+  (``--cross-deltas`` deltas ``--cross-pause`` s apart), each POSTed to
+  node 1 and followed at the same time on node 2 and, the baseline, once
+  more on node 1 (``cluster_previews.cross_node_latency``); per delta, its
+  arrival on the follower minus its arrival on the owner's stream; p50/p99,
+  and the CPU per delta of each node and of the database's backends.
 - ``NOTIFY``: notifications per second one connection sends (one per
   transaction; 100 per transaction, one statement each; 100 in one
   statement) and a listener receives.
@@ -57,6 +60,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from cluster_previews import Latencies, cross_node_latency
 from postgres import fresh_schema
 
 from turnledger.testing.cluster import (
@@ -175,53 +179,9 @@ async def _turns(
     return seconds, records
 
 
-async def _cross_node(cluster: Cluster, streams: int, question: str) -> dict[str, Any]:
-    """Owner's stream against another node's stream of the same turn."""
-    a, b = cluster.nodes[0].url, cluster.nodes[1].url
-    gaps: list[float] = []
-    refused: list[str] = []
-    limits = httpx.Limits(max_connections=3 * streams, max_keepalive_connections=2 * streams)
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(120.0)) as client:
-
-        async def one(i: int) -> None:
-            sid, rid = f"x{i}", f"x{i}-t0"
-            acked = trio.Event()
-            owner: dict[int, float] = {}
-            other: dict[int, float] = {}
-
-            async def read(method: str, url: str, into: dict[int, float], **kw: Any) -> None:
-                async with client.stream(method, url, **kw) as r:
-                    if not r.headers.get("content-type", "").startswith("text/event-stream"):
-                        refused.append(f"{r.status_code} {(await r.aread())[:120]!r}")
-                        return
-                    ident = None
-                    async for line in r.aiter_lines():
-                        if line.startswith("event: turn"):
-                            acked.set()
-                        elif line.startswith("id: "):
-                            ident = int(line[4:])
-                        elif line.startswith("data: ") and ident is not None:
-                            into.setdefault(ident, time.monotonic())
-                            ident = None
-
-            async def follow() -> None:
-                await acked.wait()
-                url = f"{b}/v1/sessions/{sid}/turns/{rid}/stream"
-                await read("GET", url, other, headers={"Last-Event-ID": "0"})
-
-            body = {"question": f"{question} {rid}", "request_id": rid}
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(follow)
-                await read("POST", f"{a}/v1/sessions/{sid}/turns", owner, json=body)
-            gaps.extend(other[k] - owner[k] for k in owner.keys() & other.keys())
-
-        async with trio.open_nursery() as nursery:
-            for i in range(streams):
-                nursery.start_soon(one, i)
-    return {"gaps": gaps, "refused": refused}
-
-
-def cluster_row(base: str, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
+def cluster_row(
+    base: str, nodes: int, routing: str, args: argparse.Namespace, *, cross: bool
+) -> dict[str, Any]:
     question = f"slow {args.deltas} {args.pause}"
     with (
         fresh_schema(base) as dsn,
@@ -230,13 +190,13 @@ def cluster_row(base: str, nodes: int, args: argparse.Namespace) -> dict[str, An
             dsn,
             Path(tmp),
             nodes,
-            nginx=args.routing == "nginx",
+            nginx=routing == "nginx",
             node_args=("--idle-timeout", "300"),
         ) as cluster,  # fmt: skip
     ):
         with BackendMeter(base, [n.proc.pid for n in cluster.nodes]) as meter:
             seconds, records = trio.run(
-                _turns, cluster, args.routing, args.clients, args.turns, question
+                _turns, cluster, routing, args.clients, args.turns, question
             )
         ok = sum(1 for r in records if r.outcome and r.outcome["kind"] == "committed")
         ttfd = [r.first_delta_at - r.posted_at for r in records if r.first_delta_at is not None]
@@ -250,9 +210,38 @@ def cluster_row(base: str, nodes: int, args: argparse.Namespace) -> dict[str, An
             "ttfd_p99": _pct(ttfd, 0.99),
             "db_ms_per_turn": 1000 * meter.seconds / max(1, len(records)),
         }
-        if nodes >= 2 and args.streams:
-            row["cross"] = trio.run(_cross_node, cluster, args.streams, question)
+        if cross and nodes >= 2:
+            row["cross"] = [
+                _cross_row(cluster, args, int(n)) for n in args.streams.split(",") if int(n)
+            ]
     return row
+
+
+def _cross_row(cluster: Cluster, args: argparse.Namespace, streams: int) -> dict[str, Any]:
+    """``cross_node_latency`` on this cluster's first two nodes (turns run
+    on node 1, followed on node 2 and once more on node 1), after a warm-up,
+    with the CPU each node and the database's backends spent per delta."""
+    owner, other = cluster.nodes[0], cluster.nodes[1]
+    d, g = args.cross_deltas, args.cross_pause
+    trio.run(cross_node_latency, owner.url, other.url, 2, "slow 3 0.01 warm", f"warm{streams}")
+    pids = [owner.proc.pid, other.proc.pid]
+    before = [_cpu_of(pid) or 0.0 for pid in pids]
+    load = os.getloadavg()[0]
+    with BackendMeter(args.dsn, pids) as meter:
+        cross, same, committed = trio.run(
+            cross_node_latency, owner.url, other.url, streams, f"slow {d} {g} x", f"x{streams}"
+        )
+    cpu = [(_cpu_of(pid) or 0.0) - b for pid, b in zip(pids, before, strict=True)]
+    deltas = streams * d
+    return {
+        "streams": streams,
+        "cross": cross,
+        "same": same,
+        "committed": committed,
+        "load": load,
+        "cpu_us_per_delta": [1e6 * c / deltas for c in cpu],
+        "db_us_per_delta": 1e6 * meter.seconds / deltas,
+    }
 
 
 def notify_rate(base: str, count: int) -> dict[str, float]:
@@ -326,9 +315,12 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--deltas", type=int, default=10)
     p.add_argument("--pause", type=float, default=0.02)
-    p.add_argument("--routing", choices=["sticky", "random", "nginx"], default="sticky")
-    p.add_argument("--streams", type=int, default=100)
+    p.add_argument("--routing", default="sticky,random", help="sticky, random, nginx: a list")
+    p.add_argument("--streams", default="100,10", help="cross-node: streams at once, a list")
+    p.add_argument("--cross-deltas", type=int, default=40)
+    p.add_argument("--cross-pause", type=float, default=0.05)
     p.add_argument("--notifies", type=int, default=20_000)
+    p.add_argument("--leases", default="100,1000,5000", help="lease renewal: leases held")
     p.add_argument("--pg-only", action="store_true", help="only NOTIFY and lease renewal")
     args = p.parse_args()
     base = args.dsn
@@ -338,35 +330,53 @@ def main() -> None:
     for label, rate in notify_rate(base, args.notifies).items():
         print(f"  {label:32} {rate:>10,.0f}")
     print("\nlease renewal, per session (one UPDATE for all of a store's leases)")
-    for m, per in lease_renewal(base, (100, 1000, 5000)).items():
+    for m, per in lease_renewal(base, [int(m) for m in args.leases.split(",")]).items():
         print(f"  {m:>5} leases  {per * 1e6:8.1f} us/session  ({per * m * 1e3:.1f} ms a renewal)")
     if args.pg_only:
         return
-    print(
-        f"\n{args.clients} clients x {args.turns} turns, {args.deltas} deltas {args.pause}s apart,"
-        f" routing {args.routing}"
-    )
-    print(f"  {'nodes':>5} {'turns/s':>8} {'ratio':>6} {'ttfd p50':>9} {'ttfd p99':>9}"
-          f" {'db ms/turn':>10} {'committed':>10}")  # fmt: skip
-    first: float | None = None
+    routings = args.routing.split(",")
+    if not set(routings) <= {"sticky", "random", "nginx"}:
+        p.error(f"--routing: sticky, random or nginx, not {args.routing!r}")
     crosses = []
-    for n in (int(x) for x in args.nodes.split(",")):
-        row = cluster_row(base, n, args)
-        first = first or row["turns_per_s"]
-        print(f"  {n:>5} {row['turns_per_s']:>8.1f} {row['turns_per_s'] / first:>6.2f}"
-              f" {row['ttfd_p50'] * 1e3:>7.0f}ms {row['ttfd_p99'] * 1e3:>7.0f}ms"
-              f" {row['db_ms_per_turn']:>10.2f} {row['committed']:>5}/{row['turns']}")  # fmt: skip
-        if "cross" in row:
-            crosses.append((n, row["cross"]))
-    for n, cross in crosses:
-        gaps, refused = cross["gaps"], cross["refused"]
-        print(f"\ncross-node preview, {args.streams} streams at once, {n} nodes:")
-        if gaps:
-            print(f"  {len(gaps)} deltas: p50 {_pct(gaps, 0.5) * 1e3:.1f} ms,"
-                  f" p99 {_pct(gaps, 0.99) * 1e3:.1f} ms")  # fmt: skip
-        if refused:
-            print(f"  not measured for {len(refused)} streams: the other node answered"
-                  f" {refused[0]} (turns streamed from any node: issue 28 part B)")  # fmt: skip
+    for k, routing in enumerate(routings):
+        print(f"\n{args.clients} clients x {args.turns} turns, {args.deltas} deltas"
+              f" {args.pause}s apart, routing {routing}, load average"
+              f" {os.getloadavg()[0]:.1f}")  # fmt: skip
+        print(f"  {'nodes':>5} {'turns/s':>8} {'ratio':>6} {'ttfd p50':>9} {'ttfd p99':>9}"
+              f" {'db ms/turn':>10} {'committed':>10}")  # fmt: skip
+        first: float | None = None
+        for n in (int(x) for x in args.nodes.split(",")):
+            # The cross-node previews once per node count (first routing).
+            row = cluster_row(base, n, routing, args, cross=k == 0)
+            first = first or row["turns_per_s"]
+            rate, ok = row["turns_per_s"], f"{row['committed']}/{row['turns']}"
+            print(f"  {n:>5} {rate:>8.1f} {rate / first:>6.2f}"
+                  f" {row['ttfd_p50'] * 1e3:>7.0f}ms {row['ttfd_p99'] * 1e3:>7.0f}ms"
+                  f" {row['db_ms_per_turn']:>10.2f} {ok:>10}")  # fmt: skip
+            if "cross" in row:
+                crosses.append((n, row["cross"]))
+    for n, runs in crosses:
+        for cross in runs:
+            print(f"\ncross-node preview, {n} nodes: {cross['streams']} streams at once,"
+                  f" {args.cross_deltas} deltas {args.cross_pause}s apart, load average"
+                  f" {cross['load']:.1f} at its start")  # fmt: skip
+            print_cross(cross)
+    print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
+
+
+def print_cross(cross: dict[str, Any]) -> None:
+    """The cross-node row: its latencies against the same-node baseline."""
+    rows: tuple[tuple[str, Latencies], ...] = (
+        ("owner -> other node", cross["cross"]),
+        ("owner -> owner (baseline)", cross["same"]),
+    )
+    for label, lat in rows:
+        print(f"  {label:26} p50 {lat.quantile(0.5) * 1e3:7.1f} ms  p99"
+              f" {lat.quantile(0.99) * 1e3:7.1f} ms  ({len(lat.samples)} deltas)")  # fmt: skip
+    owner, other = cross["cpu_us_per_delta"]
+    print(f"  committed {cross['committed']}; CPU per delta: owner node {owner:.0f} us,"
+          f" following node {other:.0f} us, database backends"
+          f" {cross['db_us_per_delta']:.0f} us")  # fmt: skip
 
 
 if __name__ == "__main__":

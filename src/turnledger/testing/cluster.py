@@ -558,19 +558,31 @@ async def drive_turn(
                 await trio.sleep(backoff)
                 continue
             if record.outcome is None and stop is not None:
-                await _cancel(client, record, pick(used[-2:]), backoff)
+                await _cancel(client, record, pick, used[-2:], backoff)
     record.ended_at = time.monotonic()
     return record
 
 
-async def _cancel(client: httpx.AsyncClient, record: TurnRecord, url: str, backoff: float) -> None:
+async def _cancel(
+    client: httpx.AsyncClient,
+    record: TurnRecord,
+    pick: Callable[[Sequence[str]], str],
+    avoid: Sequence[str],
+    backoff: float,
+) -> None:
+    """Cancel through a node other than ``avoid`` (the last two the turn
+    used); a node that cannot be reached (killed) is avoided from then on,
+    as a client would, and the cancel goes to another one."""
     sid, rid = record.plan.session_id, record.plan.request_id
+    avoid = list(avoid)
     while record.cancel_result is None:
+        url = pick(avoid)
         record.calls.append(("cancel", url))
         try:
             r = await client.post(f"{url}/v1/sessions/{sid}/turns/{rid}/cancel", json={})
         except httpx.TransportError as exc:
             record.retries.append(f"cancel: {exc!r}")
+            avoid.append(url)
             await trio.sleep(backoff)
             continue
         if r.status_code in _RETRY_STATUS:
