@@ -195,24 +195,37 @@ class SQLiteKeyRing(_Threaded):
 
         return await trio.to_thread.run_sync(run)
 
+    def _get_many(self, ids: list[str]) -> dict[str, WrappedKey]:
+        out: dict[str, WrappedKey] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for sid, kid, blob in self._conn.execute(
+                f"SELECT session_id, kek_id, wrapped FROM data_keys WHERE session_id IN ({marks})",
+                chunk,
+            ):
+                out[sid] = WrappedKey(kid, bytes(blob))
+        return out
+
     async def get_many(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
         """Cancellation: reads only; a cancelled call changed nothing."""
         ids = list(dict.fromkeys(session_ids))
+        return await self._run(lambda: self._get_many(ids))
 
-        def run() -> dict[str, WrappedKey]:
-            out: dict[str, WrappedKey] = {}
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                for sid, kid, blob in self._conn.execute(
-                    "SELECT session_id, kek_id, wrapped FROM data_keys"
-                    f" WHERE session_id IN ({marks})",
-                    chunk,
-                ):
-                    out[sid] = WrappedKey(kid, bytes(blob))
-            return out
+    def get_many_blocking(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
+        """:meth:`get_many` on the calling thread (a worker thread: the
+        event store's I/O thread reads a session's key with its rows, saving
+        a thread hop per session).
 
-        return await self._run(run)
+        Raises:
+            StoreUnavailable: the ring file cannot be read.
+        """
+        ids = list(dict.fromkeys(session_ids))
+        with self._lock:
+            try:
+                return self._get_many(ids)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"cannot read the key ring {self.path}: {exc}") from exc
 
     async def add(self, session_id: str, wrapped: WrappedKey) -> WrappedKey:
         """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
@@ -403,18 +416,32 @@ class PostgresKeyRing(_Threaded):
 
         return await trio.to_thread.run_sync(run)
 
+    def _get_many(self, ids: list[str]) -> dict[str, WrappedKey]:
+        rows = self._conn.execute(
+            f"SELECT session_id, kek_id, wrapped FROM {self._table} WHERE session_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+        return {sid: WrappedKey(kid, bytes(blob)) for sid, kid, blob in rows}
+
     async def get_many(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
         """Cancellation: reads only; a cancelled call changed nothing."""
         ids = list(dict.fromkeys(session_ids))
+        return await self._run(lambda: self._get_many(ids))
 
-        def run() -> dict[str, WrappedKey]:
-            rows = self._conn.execute(
-                f"SELECT session_id, kek_id, wrapped FROM {self._table} WHERE session_id = ANY(%s)",
-                (ids,),
-            ).fetchall()
-            return {sid: WrappedKey(kid, bytes(blob)) for sid, kid, blob in rows}
+    def get_many_blocking(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
+        """:meth:`get_many` on the calling thread (a worker thread).
 
-        return await self._run(run)
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        import psycopg
+
+        ids = list(dict.fromkeys(session_ids))
+        with self._lock:
+            try:
+                return self._get_many(ids)
+            except psycopg.Error as exc:
+                raise StoreUnavailable(f"cannot read the key ring: {exc}") from exc
 
     async def add(self, session_id: str, wrapped: WrappedKey) -> WrappedKey:
         """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
