@@ -137,6 +137,14 @@ class _Threaded:
 
         return await trio.to_thread.run_sync(locked, limiter=self._limiter)
 
+    def _here(self, fn: Callable[[], _T], errors: type[Exception], where: str) -> _T:
+        # ``fn`` on the calling thread (a worker thread), its errors as StoreUnavailable.
+        with self._lock:
+            try:
+                return fn()
+            except errors as exc:
+                raise StoreUnavailable(f"{where}: {exc}") from exc
+
 
 class SQLiteKeyRing(_Threaded):
     """Wrapped data keys in a SQLite file of their own.
@@ -221,11 +229,8 @@ class SQLiteKeyRing(_Threaded):
             StoreUnavailable: the ring file cannot be read.
         """
         ids = list(dict.fromkeys(session_ids))
-        with self._lock:
-            try:
-                return self._get_many(ids)
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(f"cannot read the key ring {self.path}: {exc}") from exc
+        where = f"cannot read the key ring {self.path}"
+        return self._here(lambda: self._get_many(ids), sqlite3.Error, where)
 
     async def add(self, session_id: str, wrapped: WrappedKey) -> WrappedKey:
         """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
@@ -437,11 +442,8 @@ class PostgresKeyRing(_Threaded):
         import psycopg
 
         ids = list(dict.fromkeys(session_ids))
-        with self._lock:
-            try:
-                return self._get_many(ids)
-            except psycopg.Error as exc:
-                raise StoreUnavailable(f"cannot read the key ring: {exc}") from exc
+        where = "cannot read the key ring"
+        return self._here(lambda: self._get_many(ids), psycopg.Error, where)
 
     async def add(self, session_id: str, wrapped: WrappedKey) -> WrappedKey:
         """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
