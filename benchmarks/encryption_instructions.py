@@ -11,8 +11,8 @@ CPU time). The script fills two SQLite files, plaintext and sealed
 writes it), runs each contender once as a warm-up, then each once more with
 an ``os.getppid()`` before it: run under ``--dump-before=os_getppid``,
 callgrind writes one part per contender (``callgrind.out.<pid>.2`` is the
-first contender, in the order printed), and ``grep totals`` of a part is its
-instruction count (every thread). Run natively, it prints the CPU time of
+first contender, ``.3`` the second; the last part is the exit), and ``grep
+totals`` of a part is its instruction count (every thread). Run natively, it prints the CPU time of
 each, for a check. For a before/after comparison, run it again with
 ``PYTHONPATH=OTHER/src``.
 
@@ -72,6 +72,7 @@ def main() -> None:
             t0 = time.process_time()
             trio.run(_open_replay, path, keys, sids, args.turns)
             print(f"{name:22} {time.process_time() - t0:7.3f} s CPU")
+        os.getppid()  # the last contender's part ends here, before the exit
 
 
 if __name__ == "__main__":
