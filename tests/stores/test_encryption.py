@@ -19,6 +19,7 @@ from turnledger.adapters.encryption import (
     EncryptedStore,
     PlaintextRefused,
     StaticKeys,
+    WrappedKey,
     WrongKey,
     keys_from_file,
     new_key_line,
@@ -555,6 +556,141 @@ async def test_a_journal_opens_each_sealed_event_once_and_forgets_it_on_erasure(
             assert many == {"s": other}
         finally:
             await store.aclose()
+
+
+async def test_a_key_read_with_the_rows_leaves_the_cache_on_forget_and_erasure(
+    target: str,
+) -> None:
+    """After a fresh open, a session's data key is read and unwrapped with
+    its first read (on SQLite and PostgreSQL on the store's reader thread,
+    through the ring's blocking read, not its async one) and kept; forgetting
+    or erasing the session evicts it, so its ciphertext no longer opens in
+    this process either."""
+    events = canary_events()
+    with trio.fail_after(60):
+        store = await open_store(target, keys=K1)
+        try:
+            for sid in ("forgotten", "erased", "kept"):
+                await store.append(sid, stored(sid, events), 0)
+        finally:
+            await store.aclose()
+        store = await open_store(target, keys=K1)
+        assert isinstance(store, EncryptedStore) and store.ring is not None
+        try:
+            if store._held is None:  # rows read on the store's thread: keys with them
+
+                async def no_hop(session_ids: object) -> dict[str, object]:
+                    raise AssertionError("the key should come with the rows")
+
+                store.ring.get_many = no_hop  # type: ignore[method-assign,assignment]
+            for sid in ("forgotten", "erased", "kept"):
+                assert await store.read_decoded(sid, DEFAULT_CODEC) == events
+            assert sorted(store._aeads) == ["erased", "forgotten", "kept"]
+            assert await store.forget("forgotten") is True
+            assert "forgotten" not in store._aeads
+            with pytest.raises(WrongKey, match="no data key"):
+                await store.read_decoded("forgotten", DEFAULT_CODEC)
+            with pytest.raises(WrongKey, match="no data key"):
+                await store.read_decoded_many(["forgotten"], DEFAULT_CODEC, lambda s, e: e)
+            await store.erase("erased")
+            assert "erased" not in store._aeads
+            assert await store.read_decoded("erased", DEFAULT_CODEC) == []
+            assert await store.read_decoded("kept", DEFAULT_CODEC) == events
+            many = await store.read_decoded_many(["kept"], DEFAULT_CODEC, lambda s, e: e)
+            assert many == {"kept": events}
+        finally:
+            await store.aclose()
+
+
+async def test_a_key_fetched_while_it_is_destroyed_is_not_kept(tmp_path: Path) -> None:
+    """A read that fetched a session's data key just before an erasure or a
+    forget destroyed it opens its own rows, but the key is not cached: the
+    next read finds no key."""
+    path = tmp_path / "events.db"
+    events = canary_events()
+    with trio.fail_after(60):
+        store = await open_store(path, keys=K1)
+        assert isinstance(store, EncryptedStore) and store.ring is not None
+        try:
+            for sid in ("a", "b"):
+                await store.append(sid, stored(sid, events), 0)
+        finally:
+            await store.aclose()
+        store = await open_store(path, keys=K1)
+        assert isinstance(store, EncryptedStore) and store.ring is not None
+        ring = store.ring
+        # Opening checked the current key on one session's key (and kept it).
+        (s,) = [sid for sid in ("a", "b") if sid not in store._aeads]
+        try:
+            real = ring.get_many_blocking  # type: ignore[attr-defined]
+            destroyed = trio.lowlevel.current_trio_token()
+
+            def racing(session_ids: list[str]) -> object:
+                found = real(session_ids)
+                # The forget runs to its end (on the event loop) between
+                # this read of the ring and the caching of the key.
+                assert trio.from_thread.run(store.forget, s, trio_token=destroyed) is True
+                return found
+
+            ring.get_many_blocking = racing  # type: ignore[attr-defined]
+            assert await store.read_decoded(s, DEFAULT_CODEC) == events
+            ring.get_many_blocking = real  # type: ignore[attr-defined]
+            assert s not in store._aeads
+            with pytest.raises(WrongKey, match="no data key"):
+                await store.read_decoded(s, DEFAULT_CODEC)
+            assert await store.read_decoded(s.translate({97: 98, 98: 97}), DEFAULT_CODEC) == events
+        finally:
+            await store.aclose()
+
+
+class _Kms:
+    """A provider that unwraps elsewhere (no ``unwraps_in_memory``), as a KMS."""
+
+    def __init__(self, inner: StaticKeys) -> None:
+        self.inner = inner
+        self.unwrapped = 0
+
+    def current_kek_id(self) -> str:
+        return self.inner.current_kek_id()
+
+    def wrap(self, data_key: bytes, context: bytes) -> WrappedKey:
+        return self.inner.wrap(data_key, context)
+
+    def unwrap(self, wrapped: WrappedKey, context: bytes) -> bytes:
+        self.unwrapped += 1
+        return self.inner.unwrap(wrapped, context)
+
+
+async def test_a_provider_that_does_not_unwrap_in_memory_is_called_apart(
+    tmp_path: Path,
+) -> None:
+    """A KMS-like provider is not called from the store's reader thread: its
+    keys are loaded (read and unwrapped in one worker-thread call) before
+    the rows are read, once per session and process; a wrong key is still a
+    typed error."""
+    path = tmp_path / "events.db"
+    events = canary_events()
+    kms = _Kms(K1)
+    with trio.fail_after(60):
+        store = await open_store(path, keys=kms)
+        try:
+            for sid in ("a", "b"):
+                await store.append(sid, stored(sid, events), 0)
+        finally:
+            await store.aclose()
+        kms = _Kms(K1)
+        store = await open_store(path, keys=kms)
+        assert isinstance(store, EncryptedStore) and not store._fetch_with_rows
+        assert kms.unwrapped == 1  # the open checked the current key on one session's key
+        try:
+            for _ in range(2):
+                for sid in ("a", "b"):
+                    assert await store.read_decoded(sid, DEFAULT_CODEC) == events
+            assert kms.unwrapped == 2  # the other session's key, once
+        finally:
+            await store.aclose()
+        with pytest.raises(WrongKey, match="does not unwrap"):
+            await open_store(path, keys=_Kms(key("k1", 9)), read_only=True)
 
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

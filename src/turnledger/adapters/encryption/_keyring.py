@@ -137,6 +137,14 @@ class _Threaded:
 
         return await trio.to_thread.run_sync(locked, limiter=self._limiter)
 
+    def _here(self, fn: Callable[[], _T], errors: type[Exception], where: str) -> _T:
+        # ``fn`` on the calling thread (a worker thread), its errors as StoreUnavailable.
+        with self._lock:
+            try:
+                return fn()
+            except errors as exc:
+                raise StoreUnavailable(f"{where}: {exc}") from exc
+
 
 class SQLiteKeyRing(_Threaded):
     """Wrapped data keys in a SQLite file of their own.
@@ -195,24 +203,34 @@ class SQLiteKeyRing(_Threaded):
 
         return await trio.to_thread.run_sync(run)
 
+    def _get_many(self, ids: list[str]) -> dict[str, WrappedKey]:
+        out: dict[str, WrappedKey] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for sid, kid, blob in self._conn.execute(
+                f"SELECT session_id, kek_id, wrapped FROM data_keys WHERE session_id IN ({marks})",
+                chunk,
+            ):
+                out[sid] = WrappedKey(kid, bytes(blob))
+        return out
+
     async def get_many(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
         """Cancellation: reads only; a cancelled call changed nothing."""
         ids = list(dict.fromkeys(session_ids))
+        return await self._run(lambda: self._get_many(ids))
 
-        def run() -> dict[str, WrappedKey]:
-            out: dict[str, WrappedKey] = {}
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                for sid, kid, blob in self._conn.execute(
-                    "SELECT session_id, kek_id, wrapped FROM data_keys"
-                    f" WHERE session_id IN ({marks})",
-                    chunk,
-                ):
-                    out[sid] = WrappedKey(kid, bytes(blob))
-            return out
+    def get_many_blocking(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
+        """:meth:`get_many` on the calling thread (a worker thread: the
+        event store's I/O thread reads a session's key with its rows, saving
+        a thread hop per session).
 
-        return await self._run(run)
+        Raises:
+            StoreUnavailable: the ring file cannot be read.
+        """
+        ids = list(dict.fromkeys(session_ids))
+        where = f"cannot read the key ring {self.path}"
+        return self._here(lambda: self._get_many(ids), sqlite3.Error, where)
 
     async def add(self, session_id: str, wrapped: WrappedKey) -> WrappedKey:
         """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a
@@ -403,18 +421,29 @@ class PostgresKeyRing(_Threaded):
 
         return await trio.to_thread.run_sync(run)
 
+    def _get_many(self, ids: list[str]) -> dict[str, WrappedKey]:
+        rows = self._conn.execute(
+            f"SELECT session_id, kek_id, wrapped FROM {self._table} WHERE session_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+        return {sid: WrappedKey(kid, bytes(blob)) for sid, kid, blob in rows}
+
     async def get_many(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
         """Cancellation: reads only; a cancelled call changed nothing."""
         ids = list(dict.fromkeys(session_ids))
+        return await self._run(lambda: self._get_many(ids))
 
-        def run() -> dict[str, WrappedKey]:
-            rows = self._conn.execute(
-                f"SELECT session_id, kek_id, wrapped FROM {self._table} WHERE session_id = ANY(%s)",
-                (ids,),
-            ).fetchall()
-            return {sid: WrappedKey(kid, bytes(blob)) for sid, kid, blob in rows}
+    def get_many_blocking(self, session_ids: Sequence[str]) -> dict[str, WrappedKey]:
+        """:meth:`get_many` on the calling thread (a worker thread).
 
-        return await self._run(run)
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        import psycopg
+
+        ids = list(dict.fromkeys(session_ids))
+        where = "cannot read the key ring"
+        return self._here(lambda: self._get_many(ids), psycopg.Error, where)
 
     async def add(self, session_id: str, wrapped: WrappedKey) -> WrappedKey:
         """Cancellation: the work runs on a worker thread, which a cancellation does not stop: a

@@ -17,7 +17,7 @@ import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, Protocol, runtime_checkable
+from typing import ClassVar, Final, Protocol, runtime_checkable
 
 import attrs
 from cryptography.exceptions import InvalidTag
@@ -93,6 +93,12 @@ class StaticKeys:
 
     keys: Mapping[str, bytes] = attrs.field(repr=False)
     current: str
+
+    #: Unwrapping is a computation in memory (no I/O): a store may unwrap
+    #: on its own I/O thread, with a session's first read. A provider
+    #: without this attribute (a KMS) is called on a worker thread of its
+    #: own.
+    unwraps_in_memory: ClassVar[bool] = True
 
     def __attrs_post_init__(self) -> None:
         if self.current not in self.keys:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import binascii
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -174,11 +175,22 @@ class _Decrypting:
         store_id: str,
         aeads: Mapping[str, AESGCM],
         held: dict[str, dict[int, tuple[StoredEvent, object, Any]]] | None = None,
+        fetch: Callable[[str], AESGCM | None] | None = None,
     ) -> None:
         self._decoder = decoder
         self._store_id = store_id
         self._aeads = aeads
         self._held = held
+        self._fetch = fetch
+
+    def _aead(self, session_id: str) -> AESGCM | None:
+        # The session's data key: cached, or (with ``fetch``) read from the
+        # key ring and unwrapped here, on the store's I/O thread, with the
+        # session's first read.
+        aead = self._aeads.get(session_id)
+        if aead is None and self._fetch is not None:
+            aead = self._fetch(session_id)
+        return aead
 
     def open_envelope(self, stored: StoredEvent) -> StoredEvent:
         """``stored`` with its payload opened and parsed exactly (as a
@@ -258,7 +270,7 @@ class _Decrypting:
             return row
         seq, tag, version, text = row
         sealed = _sealed_of_text(session_id, seq, text)
-        aead = self._aeads.get(session_id)
+        aead = self._aead(session_id)
         return (
             seq,
             tag,
@@ -282,7 +294,7 @@ class _Decrypting:
     def _open_one(self, stored: StoredEvent) -> bytes:
         sid, seq = stored.session_id, stored.seq
         sealed = _sealed_text(sid, seq, stored.payload)
-        aead = self._aeads.get(sid)
+        aead = self._aead(sid)
         return _open(aead, self._store_id, sid, seq, stored.tag, stored.schema_version, sealed)
 
     def decode(self, stored: StoredEvent) -> Any:
@@ -295,7 +307,7 @@ class _Decrypting:
     def decode_rows(
         self, session_id: str, rows: Iterable[tuple[int, str, int, str | bytes]]
     ) -> list[Any]:
-        aead = self._aeads.get(session_id)
+        aead = self._aead(session_id)
         store_id = self._store_id
         opened: list[tuple[int, str, int, str | bytes]] = []
         append = opened.append
@@ -367,6 +379,21 @@ class EncryptedStore:
         self.keys = keys
         self._aeads: dict[str, AESGCM] = {}
         self._nonces: dict[str, list[Any]] = {}
+        # Data keys are unwrapped on worker threads, and a key destroyed
+        # meanwhile must not be cached: every drop from the cache bumps
+        # the epoch (under the lock), and a key fetched before a bump is
+        # used for its own read only, never cached.
+        self._cache_lock = threading.Lock()
+        self._epoch = 0
+        # With a ring that reads on the calling thread and a provider that
+        # unwraps in memory, a session's data key is fetched and unwrapped
+        # on the store's I/O thread within the session's first read: no
+        # thread hop of its own (see docs/encryption.md, What it costs).
+        self._fetch_with_rows = (
+            keys is not None
+            and bool(getattr(keys, "unwraps_in_memory", False))
+            and hasattr(ring, "get_many_blocking")
+        )
         # Sealed payloads as bytes where the inner store keeps bytes
         # (format 2), else as hex in JSON text (format 1).
         self._blobs = bool(getattr(inner, "sealed_blobs", False))
@@ -395,12 +422,39 @@ class EncryptedStore:
 
     # --- keys ---------------------------------------------------------------
 
+    def _cache(self, epoch: int, aeads: Mapping[str, AESGCM]) -> None:
+        # Keep keys fetched since ``epoch`` unless one was dropped meanwhile.
+        with self._cache_lock:
+            if self._epoch == epoch:
+                for sid, aead in aeads.items():
+                    self._aeads.setdefault(sid, aead)
+
+    def _unwrap_blocking(self, session_ids: Sequence[str]) -> dict[str, AESGCM]:
+        """Read and unwrap those sessions' data keys on this (worker)
+        thread, in one call, and cache them (see ``_epoch``)."""
+        ring, keys = self._ring()
+        with self._cache_lock:
+            epoch = self._epoch
+        wrapped = ring.get_many_blocking(session_ids)  # type: ignore[attr-defined]
+        store_id = ring.store_id
+        out = {sid: AESGCM(keys.unwrap(w, _key_ad(store_id, sid))) for sid, w in wrapped.items()}
+        self._cache(epoch, out)
+        return out
+
+    def _fetch_one(self, session_id: str) -> AESGCM | None:
+        return self._unwrap_blocking([session_id]).get(session_id)
+
     async def _load(self, session_ids: Iterable[str]) -> None:
         """Unwrap into the cache the data keys of those sessions that have one."""
         missing = [sid for sid in dict.fromkeys(session_ids) if sid not in self._aeads]
         if not missing:
             return
         ring, keys = self._ring()
+        if hasattr(ring, "get_many_blocking"):  # read and unwrap in one thread hop
+            await trio.to_thread.run_sync(self._unwrap_blocking, missing)
+            return
+        with self._cache_lock:
+            epoch = self._epoch
         wrapped = await ring.get_many(missing)
         if not wrapped:
             return
@@ -411,7 +465,7 @@ class EncryptedStore:
                 sid: AESGCM(keys.unwrap(w, _key_ad(store_id, sid))) for sid, w in wrapped.items()
             }
 
-        self._aeads.update(await trio.to_thread.run_sync(unwrap))
+        self._cache(epoch, await trio.to_thread.run_sync(unwrap))
 
     async def _key_for_writing(self, session_id: str) -> AESGCM:
         await self._load([session_id])
@@ -463,10 +517,15 @@ class EncryptedStore:
         """
         ring, _ = self._ring()
         self._drop(session_id)
-        return await ring.forget(session_id)
+        try:
+            return await ring.forget(session_id)
+        finally:
+            self._drop(session_id)  # a key fetched while it was being destroyed
 
     def _drop(self, session_id: str) -> None:
-        self._aeads.pop(session_id, None)
+        with self._cache_lock:
+            self._epoch += 1
+            self._aeads.pop(session_id, None)
         self._nonces.pop(session_id, None)
         if self._held is not None:
             self._held.pop(session_id, None)
@@ -528,7 +587,8 @@ class EncryptedStore:
 
     def _decrypting(self, decoder: EventDecoder[_T]) -> _Decrypting:
         ring, _ = self._ring()
-        return _Decrypting(decoder, ring.store_id, self._aeads, self._held)
+        fetch = self._fetch_one if self._fetch_with_rows else None
+        return _Decrypting(decoder, ring.store_id, self._aeads, self._held, fetch)
 
     async def _opened(self, events: list[StoredEvent]) -> list[StoredEvent]:
         if not events:
@@ -560,10 +620,12 @@ class EncryptedStore:
         """
         if self.locked:
             return [_locked(ev) for ev in await self.inner.read(session_id, after)]
-        await self._load([session_id])
         if self._held is not None:
+            await self._load([session_id])
             events = await self.inner.read(session_id, after)
             return self._decrypting(decoder).decode_held(session_id, events)
+        if not self._fetch_with_rows:
+            await self._load([session_id])
         out: list[_T] = await self.inner.read_decoded(session_id, self._decrypting(decoder), after)
         return out
 
@@ -582,7 +644,8 @@ class EncryptedStore:
                 for ev in await self.inner.read(sid):
                     _locked(ev)
             return {sid: fold(sid, []) for sid in session_ids}
-        await self._load(session_ids)
+        if self._held is not None or not self._fetch_with_rows:
+            await self._load(session_ids)
         if self._held is not None:
             opener = self._decrypting(decoder)
             folded: dict[str, _R] = {}
@@ -639,6 +702,7 @@ class EncryptedStore:
         ring, _ = self._ring()
         self._drop(session_id)
         await ring.begin_erasure(session_id)
+        self._drop(session_id)  # a key fetched while it was being destroyed
         try:
             done = await eraser(session_id, [])
         except UnknownSession:
