@@ -54,8 +54,8 @@ PUBLIC: dict[str, str] = {
         "Turn TurnHandle TurnResult Unpin branch_turns branches_of build_messages decide "
         "ending_of erase_sessions evolve fork_events fork_seed forks_of initial_state "
         "is_in_flight open_hub plan plan_retention prompt_token_cap prune_store replay "
-        "replay_sessions replay_stored request_messages sessions_of_subject subject_of "
-        "summary_of with_forks"
+        "replay_resolved replay_sessions replay_stored request_messages seed_of "
+        "sessions_of_subject subject_of summary_of with_forks"
     ),
     "turnledger.sse": "SSEDecoder ServerSentEvent StreamLimits",
     "turnledger.text": "INVISIBLE_RANGES visible",

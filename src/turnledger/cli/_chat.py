@@ -36,9 +36,9 @@ from ..sessions import (
     TurnResult,
     open_hub,
     prompt_token_cap,
+    replay_resolved,
     replay_stored,
 )
-from ..sessions._forks import replay_resolved
 from ..timeline import branch_line
 from ._args import add_provider_arguments, open_configured_provider, provider_settings, text_arg
 from ._display import ID_WIDTH, Out, describe, visible

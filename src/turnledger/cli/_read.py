@@ -20,10 +20,11 @@ from ..sessions import (
     branch_turns,
     branches_of,
     replay,
+    replay_resolved,
     replay_sessions,
+    seed_of,
     subject_of,
 )
-from ..sessions._forks import replay_resolved, seed_of
 from ..timeline import branch_tree, phase_name, session_summary, timeline
 from ._args import at_least, text_arg
 from ._display import ID_WIDTH, fmt_time, print_json, visible

@@ -37,7 +37,14 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ._branches import Branch, BranchInfo
-from ._forks import fork_events, fork_seed, replay_sessions, replay_stored
+from ._forks import (
+    fork_events,
+    fork_seed,
+    replay_resolved,
+    replay_sessions,
+    replay_stored,
+    seed_of,
+)
 from ._history import Ending, Endings, History, ToolResult, ToolRound, Turn
 from ._machine import (
     EVENT_TRANSITIONS,
@@ -203,9 +210,11 @@ __all__ = [
     "prompt_token_cap",
     "prune_store",
     "replay",
+    "replay_resolved",
     "replay_sessions",
     "replay_stored",
     "request_messages",
+    "seed_of",
     "sessions_of_subject",
     "subject_of",
     "summary_of",
