@@ -358,10 +358,16 @@ def test_the_page_edits_regenerates_and_switches(browser: Any, tmp_path: Path) -
             status, _ = post_turn(c, "ui", "three")
             assert status == 200
         _history(browser, ["one", "two", "three"])
-        kept = browser.execute_script(
-            "const box = document.querySelector('#history textarea.edit-text');"
-            "return box && [box.value, document.activeElement === box]"
-        )
+        # (the focus comes back in the redraw's next animation frame)
+        deadline = time.monotonic() + 10
+        while True:
+            kept = browser.execute_script(
+                "const box = document.querySelector('#history textarea.edit-text');"
+                "return box && [box.value, document.activeElement === box]"
+            )
+            if kept == ["half typed", True] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert kept == ["half typed", True]
         _click(browser, "#history button.edit-cancel")
         assert not _wait(browser, "#history textarea.edit-text", timeout=0.5)

@@ -190,6 +190,7 @@
     if (ui.refocus) {
       requestAnimationFrame(() => {
         if (!box.isConnected) return;
+        ui.refocus = false;
         box.focus();
         const at = editing.caret ?? box.value.length;
         box.setSelectionRange(at, at);
@@ -252,9 +253,11 @@
 
   function renderSession(model, live) {
     // The edit box gets the focus when it opens, and keeps it across redraws.
+    // A refocus still waiting for its frame counts as focused: two redraws
+    // within one frame must not lose it.
     const focused = document.activeElement;
     ui.refocus = ui.editing !== null &&
-      (ui.editing.opening || (focused !== null && focused.classList.contains("edit-text")));
+      (ui.editing.opening || ui.refocus || (focused !== null && focused.classList.contains("edit-text")));
     if (ui.editing) ui.editing.opening = false;
     const main = document.getElementById("session");
     main.replaceChildren();
