@@ -89,7 +89,8 @@ async def _run(
                     acked.set()
 
         async def killer() -> None:
-            await acked.wait()
+            with trio.fail_after(120):  # the first acknowledged turn
+                await acked.wait()
             node = cluster.nodes[0]
             node.kill(signal.SIGKILL)
             killed.append(node.url)
